@@ -1,0 +1,22 @@
+//! `polyq acemq` commands.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+/// `polyq acemq` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Placeholder until the first command lands.
+    Version,
+}
+
+/// Runs one `polyq acemq` command.
+pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Version => {
+            println!("{}", env!("CARGO_PKG_VERSION"));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

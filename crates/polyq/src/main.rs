@@ -1,0 +1,57 @@
+//! `polyq`: the operator and developer tool for AceMQ and BabelQueue estates.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+/// Tools for polyglot queues: AceMQ and BabelQueue on RabbitMQ, Redis and the embedded broker.
+#[derive(Debug, Parser)]
+#[command(name = "polyq", version, about)]
+struct Polyq {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// AceMQ: inspect, encode, publish, consume and replay messages.
+    Acemq {
+        #[command(subcommand)]
+        command: cli::acemq::Command,
+    },
+    /// BabelQueue: decode, make, conformance, publish, consume and redrive jobs.
+    Babel {
+        #[command(subcommand)]
+        command: cli::babel::Command,
+    },
+    /// Benchmarks measured side by side against the raw client in one run.
+    Bench {
+        #[command(subcommand)]
+        command: cli::bench::Command,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("POLYQ_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let outcome = match Polyq::parse().command {
+        Command::Acemq { command } => cli::acemq::run(command).await,
+        Command::Babel { command } => cli::babel::run(command).await,
+        Command::Bench { command } => cli::bench::run(command).await,
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("polyq: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
