@@ -4,10 +4,21 @@
 //! implementations chosen by URL: `amqp://` / `amqps://` over lapin (feature `amqp`), and
 //! `memory://`, an embedded in-process broker with the same semantics.
 
+#[cfg(feature = "amqp")]
+mod amqp;
+mod client;
+mod error;
+mod memory;
+mod message;
 mod properties;
 mod redact;
+mod topology;
 mod value;
 
+pub use client::{Acker, Client, ClientOptions, Confirm, ConsumeOptions, Consumer};
+pub use error::{Error, Result};
+pub use message::{Delivery, OutgoingMessage, PublishOutcome, ReturnedMessage};
 pub use properties::Properties;
 pub use redact::redact_url;
+pub use topology::{Binding, ExchangeKind, ExchangeSpec, QueueInfo, QueueSpec};
 pub use value::{FieldTable, FieldValue};

@@ -45,8 +45,14 @@ mod tests {
             redact_url("amqps://user:p%40ss@rabbit.example:5671/vh"),
             "amqps://user:***@rabbit.example:5671/vh"
         );
-        assert_eq!(redact_url("redis://:token@127.0.0.1:6379/0"), "redis://:***@127.0.0.1:6379/0");
-        assert_eq!(redact_url("redis://127.0.0.1:6379/0"), "redis://127.0.0.1:6379/0");
+        assert_eq!(
+            redact_url("redis://:token@127.0.0.1:6379/0"),
+            "redis://:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
     }
 
     #[test]

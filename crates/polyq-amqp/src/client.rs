@@ -1,0 +1,369 @@
+//! The client: one API, an implementation chosen by URL.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+
+#[cfg(feature = "amqp")]
+use crate::amqp;
+use crate::error::{Error, Result};
+use crate::memory;
+use crate::message::{Delivery, OutgoingMessage, PublishOutcome};
+use crate::topology::{Binding, ExchangeSpec, QueueInfo, QueueSpec};
+
+/// Options shared by both implementations. Every setter documents its default.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Connection name shown by the broker's management tools. Default `polyq`.
+    pub connection_name: String,
+    /// How long an operation waits for a lost connection to come back before failing with
+    /// [`Error::Unavailable`]. Default 30 s.
+    pub recovery_wait: Duration,
+    /// First reconnect delay; doubles on each failed attempt. Default 100 ms.
+    pub reconnect_initial: Duration,
+    /// Cap of the reconnect delay. Default 5 s.
+    pub reconnect_max: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            connection_name: "polyq".to_owned(),
+            recovery_wait: Duration::from_secs(30),
+            reconnect_initial: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ClientOptions {
+    /// Sets the connection name (default `polyq`).
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = name.into();
+        self
+    }
+
+    /// Sets how long operations wait for recovery (default 30 s).
+    pub fn recovery_wait(mut self, wait: Duration) -> Self {
+        self.recovery_wait = wait;
+        self
+    }
+
+    /// Sets the reconnect backoff bounds (default 100 ms doubling to 5 s).
+    pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.reconnect_initial = initial;
+        self.reconnect_max = max;
+        self
+    }
+}
+
+/// Options of one consumer.
+#[derive(Debug, Clone)]
+pub struct ConsumeOptions {
+    /// Most unacknowledged deliveries the broker hands this consumer at once. Default 50.
+    pub prefetch: u16,
+    /// Consumer tag; the broker chooses one when `None`. Default `None`.
+    pub tag: Option<String>,
+    /// Refuse other consumers on the queue. Default `false`.
+    pub exclusive: bool,
+}
+
+impl Default for ConsumeOptions {
+    fn default() -> Self {
+        Self {
+            prefetch: 50,
+            tag: None,
+            exclusive: false,
+        }
+    }
+}
+
+impl ConsumeOptions {
+    /// Sets the prefetch window (default 50).
+    pub fn prefetch(mut self, prefetch: u16) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+}
+
+/// A connection to a broker, chosen by URL: `memory://[name]` for the embedded broker,
+/// `amqp://` or `amqps://` for RabbitMQ (feature `amqp`). Cheap to clone; clones share the
+/// connection.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polyq_amqp::Error> {
+/// use polyq_amqp::{Client, OutgoingMessage, Properties, PublishOutcome, QueueSpec};
+///
+/// let client = Client::connect("memory://doc-client").await?;
+/// client.declare_queue(&QueueSpec::new("greetings")).await?;
+/// let confirm = client
+///     .publish(OutgoingMessage::new("", "greetings", Properties::default(), "hello"))
+///     .await?;
+/// assert_eq!(confirm.await?, PublishOutcome::Acked);
+/// let delivery = client.get("greetings").await?.expect("a message");
+/// assert_eq!(&delivery.body[..], b"hello");
+/// delivery.ack().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Memory(memory::MemoryClient),
+    #[cfg(feature = "amqp")]
+    Amqp(amqp::AmqpClient),
+}
+
+macro_rules! dispatch {
+    ($self:ident.$method:ident($($arg:expr),*)) => {
+        match &$self.backend {
+            Backend::Memory(client) => client.$method($($arg),*).await,
+            #[cfg(feature = "amqp")]
+            Backend::Amqp(client) => client.$method($($arg),*).await,
+        }
+    };
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("url", &self.url()).finish()
+    }
+}
+
+impl Client {
+    /// Connects with default options.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects with the given options.
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        let scheme = url
+            .split_once("://")
+            .map(|(scheme, _)| scheme.to_ascii_lowercase());
+        let backend = match scheme.as_deref() {
+            Some("memory") => Backend::Memory(memory::MemoryClient::connect(url, &options)?),
+            #[cfg(feature = "amqp")]
+            Some("amqp" | "amqps") => {
+                Backend::Amqp(amqp::AmqpClient::connect(url, &options).await?)
+            }
+            _ => {
+                return Err(Error::InvalidUrl {
+                    url: crate::redact_url(url),
+                    reason: if cfg!(feature = "amqp") {
+                        "expected memory://, amqp:// or amqps://".to_owned()
+                    } else {
+                        "expected memory:// (amqp:// needs the `amqp` feature)".to_owned()
+                    },
+                });
+            }
+        };
+        Ok(Self { backend })
+    }
+
+    /// The URL this client was opened with, credentials redacted.
+    pub fn url(&self) -> String {
+        match &self.backend {
+            Backend::Memory(client) => client.url(),
+            #[cfg(feature = "amqp")]
+            Backend::Amqp(client) => client.url(),
+        }
+    }
+
+    /// Declares an exchange (idempotent when the declaration matches).
+    pub async fn declare_exchange(&self, spec: &ExchangeSpec) -> Result<()> {
+        dispatch!(self.declare_exchange(spec))
+    }
+
+    /// Deletes an exchange.
+    pub async fn delete_exchange(&self, name: &str) -> Result<()> {
+        dispatch!(self.delete_exchange(name))
+    }
+
+    /// Declares a queue and reports its counts (idempotent when the declaration matches).
+    pub async fn declare_queue(&self, spec: &QueueSpec) -> Result<QueueInfo> {
+        dispatch!(self.declare_queue(spec))
+    }
+
+    /// Reports a queue's counts without declaring it (passive declare); [`Error::NotFound`]
+    /// when it does not exist.
+    pub async fn inspect_queue(&self, name: &str) -> Result<QueueInfo> {
+        dispatch!(self.inspect_queue(name))
+    }
+
+    /// Deletes a queue, returning how many messages it held.
+    pub async fn delete_queue(&self, name: &str) -> Result<u32> {
+        dispatch!(self.delete_queue(name))
+    }
+
+    /// Removes every ready message from a queue, returning how many.
+    pub async fn purge_queue(&self, name: &str) -> Result<u32> {
+        dispatch!(self.purge_queue(name))
+    }
+
+    /// Binds a queue to an exchange.
+    pub async fn bind_queue(&self, binding: &Binding) -> Result<()> {
+        dispatch!(self.bind_queue(binding))
+    }
+
+    /// Removes a binding.
+    pub async fn unbind_queue(&self, binding: &Binding) -> Result<()> {
+        dispatch!(self.unbind_queue(binding))
+    }
+
+    /// Publishes a message. Resolves once the message is handed to the broker, to a
+    /// [`Confirm`] that resolves when the broker settles it; awaiting confirms later lets many
+    /// publishes be in flight at once.
+    pub async fn publish(&self, message: OutgoingMessage) -> Result<Confirm> {
+        dispatch!(self.publish(message))
+    }
+
+    /// Fetches one message with `basic.get`, to be settled manually.
+    pub async fn get(&self, queue: &str) -> Result<Option<Delivery>> {
+        dispatch!(self.get(queue))
+    }
+
+    /// Starts a consumer on a queue; deliveries must be settled manually.
+    pub async fn consume(&self, queue: &str, options: &ConsumeOptions) -> Result<Consumer> {
+        dispatch!(self.consume(queue, options))
+    }
+
+    /// Closes the connection; unsettled deliveries go back to their queues.
+    pub async fn close(&self) -> Result<()> {
+        dispatch!(self.close())
+    }
+}
+
+/// The broker's answer to one publish, still to come.
+#[must_use = "a publish is only safe once its confirm says Acked"]
+pub struct Confirm {
+    future: Pin<Box<dyn Future<Output = Result<PublishOutcome>> + Send>>,
+}
+
+impl Confirm {
+    /// Wraps a backend's confirm future.
+    pub(crate) fn new(
+        future: impl Future<Output = Result<PublishOutcome>> + Send + 'static,
+    ) -> Self {
+        Self {
+            future: Box::pin(future),
+        }
+    }
+}
+
+impl std::fmt::Debug for Confirm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Confirm")
+    }
+}
+
+impl Future for Confirm {
+    type Output = Result<PublishOutcome>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.future.as_mut().poll(cx)
+    }
+}
+
+/// Settles one delivery.
+#[derive(Debug)]
+pub struct Acker {
+    inner: AckerInner,
+}
+
+#[derive(Debug)]
+pub(crate) enum AckerInner {
+    Memory(memory::Acker),
+    #[cfg(feature = "amqp")]
+    Amqp(amqp::Acker),
+}
+
+impl From<AckerInner> for Acker {
+    fn from(inner: AckerInner) -> Self {
+        Self { inner }
+    }
+}
+
+impl Acker {
+    /// Acknowledges the delivery.
+    pub async fn ack(&self) -> Result<()> {
+        match &self.inner {
+            AckerInner::Memory(acker) => acker.ack().await,
+            #[cfg(feature = "amqp")]
+            AckerInner::Amqp(acker) => acker.ack().await,
+        }
+    }
+
+    /// Negatively acknowledges the delivery, requeueing it or dead-lettering it.
+    pub async fn nack(&self, requeue: bool) -> Result<()> {
+        match &self.inner {
+            AckerInner::Memory(acker) => acker.nack(requeue).await,
+            #[cfg(feature = "amqp")]
+            AckerInner::Amqp(acker) => acker.nack(requeue).await,
+        }
+    }
+
+    /// Rejects the delivery, requeueing it or dead-lettering it.
+    pub async fn reject(&self, requeue: bool) -> Result<()> {
+        match &self.inner {
+            AckerInner::Memory(acker) => acker.reject(requeue).await,
+            #[cfg(feature = "amqp")]
+            AckerInner::Amqp(acker) => acker.reject(requeue).await,
+        }
+    }
+}
+
+/// A stream of deliveries from one queue. It survives connection recovery on `amqp://`.
+pub struct Consumer {
+    inner: ConsumerInner,
+}
+
+pub(crate) enum ConsumerInner {
+    Memory(memory::Consumer),
+    #[cfg(feature = "amqp")]
+    Amqp(amqp::Consumer),
+}
+
+impl From<ConsumerInner> for Consumer {
+    fn from(inner: ConsumerInner) -> Self {
+        Self { inner }
+    }
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Consumer")
+    }
+}
+
+impl Consumer {
+    /// Stops the consumer. Deliveries not yet settled stay unacknowledged until settled or
+    /// until the channel closes.
+    pub async fn cancel(self) -> Result<()> {
+        match self.inner {
+            ConsumerInner::Memory(consumer) => consumer.cancel().await,
+            #[cfg(feature = "amqp")]
+            ConsumerInner::Amqp(consumer) => consumer.cancel().await,
+        }
+    }
+}
+
+impl Stream for Consumer {
+    type Item = Result<Delivery>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match &mut self.inner {
+            ConsumerInner::Memory(consumer) => Pin::new(consumer).poll_next(cx),
+            #[cfg(feature = "amqp")]
+            ConsumerInner::Amqp(consumer) => Pin::new(consumer).poll_next(cx),
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The one error type of this crate.
+
+/// What went wrong talking to a broker. Every message names the operation and the object, and
+/// never contains credentials.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The URL is malformed or names a scheme this build does not support.
+    #[error("invalid broker URL `{url}`: {reason}")]
+    InvalidUrl {
+        /// The URL, credentials redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The broker could not be reached or refused the connection.
+    #[error("could not connect to {url}: {reason}")]
+    Connect {
+        /// The URL, credentials redacted.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The connection is down and did not come back within the configured bound.
+    #[error(
+        "broker at {url} unavailable for {waited_ms} ms while trying to {operation}; giving up"
+    )]
+    Unavailable {
+        /// The URL, credentials redacted.
+        url: String,
+        /// What was attempted.
+        operation: String,
+        /// How long it waited for recovery.
+        waited_ms: u64,
+    },
+    /// The named queue or exchange does not exist (AMQP 404).
+    #[error("{kind} `{name}` does not exist")]
+    NotFound {
+        /// `queue` or `exchange`.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
+    /// A declaration conflicts with an existing object of the same name (AMQP 406), or an
+    /// exclusive queue belongs to another connection (AMQP 405).
+    #[error("cannot {operation}: {reason}")]
+    Precondition {
+        /// What was attempted.
+        operation: String,
+        /// The broker's explanation.
+        reason: String,
+    },
+    /// The delivery came on a channel that has since closed; the broker redelivers it, so it
+    /// must not be settled on another channel.
+    #[error("delivery belongs to a channel that has closed; the broker will redeliver it")]
+    StaleDelivery,
+    /// The delivery was already acknowledged, rejected or requeued.
+    #[error("delivery already settled")]
+    AlreadySettled,
+    /// The client or consumer was closed by the application.
+    #[error("client closed")]
+    Closed,
+    /// Any other failure reported by the broker or the client library.
+    #[error("{operation} failed: {reason}")]
+    Protocol {
+        /// What was attempted.
+        operation: String,
+        /// What the broker or client library said.
+        reason: String,
+    },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
