@@ -3,3 +3,43 @@
 //! The AceMQ envelope travels in AMQP headers (`x-acemq-*` reserved, `acemq-*` shared); this
 //! crate writes and reads it exactly as the Java reference and the Go, Python, Ruby and .NET ports
 //! do.
+//!
+//! The contract layer is pure: no I/O, no async, and only the neutral AMQP types of
+//! `polyq-amqp` ([`FieldValue`](polyq_amqp::FieldValue), [`FieldTable`](polyq_amqp::FieldTable),
+//! [`Properties`](polyq_amqp::Properties)).
+//!
+//! - [`Envelope`] and [`EnvelopeBuilder`]: the fields, their defaults and derivations.
+//! - [`wire`]: the envelope to and from headers and `message-id` (methods on [`Envelope`]).
+//! - [`RoutingSlip`] (declared pipelines) and [`Itinerary`] (the carried JSON slip).
+//! - [`retry`]: policies, the schedule, the retry decision, jitter, broker waits.
+//! - [`topology`]: queue names, rung arguments and the declared topology as data.
+//! - [`provenance`]: the origin a publisher stamps.
+//!
+//! ```
+//! use acemq::Envelope;
+//! use polyq_amqp::Properties;
+//!
+//! let sent = Envelope::of("order.placed").header("x-tenant", "acme").build()?;
+//! let mut properties = Properties::default().with_content_type("application/json");
+//! sent.write_properties(&mut properties);
+//!
+//! let received = Envelope::from_properties(&properties, "orders.new");
+//! assert_eq!(received, sent);
+//! # Ok::<(), acemq::Error>(())
+//! ```
+
+mod envelope;
+mod error;
+pub mod headers;
+mod itinerary;
+mod lenient;
+pub mod provenance;
+pub mod retry;
+mod route;
+pub mod topology;
+pub mod wire;
+
+pub use envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
+pub use error::{Error, Result};
+pub use itinerary::{Itinerary, Stop};
+pub use route::RoutingSlip;
