@@ -1,0 +1,181 @@
+//! `memory://`: the embedded broker, an in-process AMQP 0-9-1 subset with RabbitMQ's semantics.
+//!
+//! Each URL name is one broker shared by every client of the process that connects to it
+//! (`memory://` and `memory://other` are two brokers). A client is one connection: closing it
+//! requeues its unsettled deliveries and deletes its exclusive queues.
+
+mod args;
+mod broker;
+mod connection;
+mod consumer;
+mod dead_letter;
+mod expiry;
+mod queue;
+mod routing;
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+pub(crate) use consumer::{Acker, Consumer};
+
+use crate::Confirm;
+use crate::client::{ClientOptions, ConsumeOptions, ConsumerInner};
+use crate::error::{Error, Result};
+use crate::message::{Delivery, OutgoingMessage};
+use crate::topology::{Binding, ExchangeSpec, QueueInfo, QueueSpec};
+use connection::Connection;
+
+/// A client of an embedded broker. Clones share the connection.
+#[derive(Clone)]
+pub(crate) struct MemoryClient {
+    connection: Arc<Connection>,
+}
+
+impl MemoryClient {
+    /// Connects to the broker named by `url` (`memory://` or `memory://<name>`), creating it on
+    /// first use.
+    pub(crate) fn connect(url: &str, _options: &ClientOptions) -> Result<Self> {
+        let name = broker_name(url)?;
+        let broker = broker::named(name);
+        Ok(Self {
+            connection: Arc::new(Connection::open(broker, format!("memory://{name}"))),
+        })
+    }
+
+    pub(crate) fn url(&self) -> String {
+        self.connection.url.clone()
+    }
+
+    fn open(&self) -> Result<&Connection> {
+        if self.connection.is_closed() {
+            Err(Error::Closed)
+        } else {
+            Ok(&self.connection)
+        }
+    }
+
+    pub(crate) async fn declare_exchange(&self, spec: &ExchangeSpec) -> Result<()> {
+        self.open()?.broker.declare_exchange(spec)
+    }
+
+    pub(crate) async fn delete_exchange(&self, name: &str) -> Result<()> {
+        self.open()?.broker.delete_exchange(name)
+    }
+
+    pub(crate) async fn declare_queue(&self, spec: &QueueSpec) -> Result<QueueInfo> {
+        let connection = self.open()?;
+        let (queue, created) = connection.broker.declare_queue(connection.id, spec)?;
+        if created {
+            if queue.spec.exclusive {
+                connection.owns(&queue);
+            }
+            if queue.needs_expiry(None) {
+                queue.ensure_expiry(&connection.broker);
+            }
+        }
+        Ok(queue.info())
+    }
+
+    pub(crate) async fn inspect_queue(&self, name: &str) -> Result<QueueInfo> {
+        let connection = self.open()?;
+        Ok(connection
+            .broker
+            .queue(connection.id, name, "inspect")?
+            .info())
+    }
+
+    pub(crate) async fn delete_queue(&self, name: &str) -> Result<u32> {
+        let connection = self.open()?;
+        connection.broker.delete_queue(connection.id, name)
+    }
+
+    pub(crate) async fn purge_queue(&self, name: &str) -> Result<u32> {
+        let connection = self.open()?;
+        Ok(connection
+            .broker
+            .queue(connection.id, name, "purge")?
+            .purge())
+    }
+
+    pub(crate) async fn bind_queue(&self, binding: &Binding) -> Result<()> {
+        let connection = self.open()?;
+        connection.broker.bind(connection.id, binding)
+    }
+
+    pub(crate) async fn unbind_queue(&self, binding: &Binding) -> Result<()> {
+        let connection = self.open()?;
+        connection.broker.unbind(connection.id, binding)
+    }
+
+    pub(crate) async fn publish(&self, message: OutgoingMessage) -> Result<Confirm> {
+        let outcome = self.open()?.broker.publish(message)?;
+        Ok(Confirm::new(std::future::ready(Ok(outcome))))
+    }
+
+    pub(crate) async fn get(&self, queue: &str) -> Result<Option<Delivery>> {
+        let connection = self.open()?;
+        let queue = connection.broker.queue(connection.id, queue, "get from")?;
+        connection.uses(&queue);
+        let (handout, effects) = queue.get(connection.id, Instant::now());
+        connection.broker.apply(&queue, effects);
+        Ok(handout.map(|handout| consumer::delivery(&self.connection, &queue, handout)))
+    }
+
+    pub(crate) async fn consume(
+        &self,
+        queue: &str,
+        options: &ConsumeOptions,
+    ) -> Result<crate::Consumer> {
+        let connection = self.open()?;
+        let queue = connection
+            .broker
+            .queue(connection.id, queue, "consume from")?;
+        let id = connection.broker.next_id();
+        let effects = queue
+            .add_consumer(
+                id,
+                connection.id,
+                options.prefetch,
+                options.exclusive,
+                Instant::now(),
+            )
+            .map_err(|reason| Error::Precondition {
+                operation: format!("consume from queue `{}`", queue.name()),
+                reason,
+            })?;
+        connection.uses(&queue);
+        connection.broker.apply(&queue, effects);
+        let consumer = Consumer::new(Arc::clone(&self.connection), queue, id);
+        Ok(ConsumerInner::Memory(consumer).into())
+    }
+
+    pub(crate) async fn close(&self) -> Result<()> {
+        self.connection.close();
+        Ok(())
+    }
+}
+
+/// The broker name of a `memory://` URL: everything after the scheme, without a trailing `/`.
+fn broker_name(url: &str) -> Result<&str> {
+    let invalid = |reason: &str| Error::InvalidUrl {
+        url: crate::redact_url(url),
+        reason: reason.to_owned(),
+    };
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| invalid("expected memory://[name]"))?;
+    if !scheme.eq_ignore_ascii_case("memory") {
+        return Err(invalid("expected memory://[name]"));
+    }
+    let name = rest.strip_suffix('/').unwrap_or(rest);
+    if name.contains(['/', '?', '#', '@']) {
+        return Err(invalid(
+            "a memory:// broker name is one word without '/', '?', '#' or '@'",
+        ));
+    }
+    Ok(name)
+}
+
+#[cfg(test)]
+mod tests;
