@@ -50,6 +50,24 @@ pub enum Error {
         /// The broker's explanation.
         reason: String,
     },
+    /// The connection or channel closed before the broker confirmed the publish. The message
+    /// may or may not have been enqueued: publish it again (consumers must tolerate the
+    /// duplicate).
+    #[error("publish to exchange `{exchange}` unconfirmed: {reason}; publish it again")]
+    Unconfirmed {
+        /// The exchange it was published to (`""` is the default exchange).
+        exchange: String,
+        /// Why no confirm came.
+        reason: String,
+    },
+    /// An argument cannot be sent as given (for example a header name longer than AMQP allows).
+    #[error("cannot {operation}: {reason}")]
+    Invalid {
+        /// What was attempted.
+        operation: String,
+        /// What is wrong with the argument.
+        reason: String,
+    },
     /// The delivery came on a channel that has since closed; the broker redelivers it, so it
     /// must not be settled on another channel.
     #[error("delivery belongs to a channel that has closed; the broker will redeliver it")]

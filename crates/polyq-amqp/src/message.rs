@@ -47,6 +47,8 @@ impl OutgoingMessage {
 
 /// How the broker settled a publish. There is no "not requested": every publishing channel runs
 /// in confirm mode.
+// Returns are rare and matched by value; boxing the large variant would burden every caller.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum PublishOutcome {
     /// The broker took responsibility for the message.

@@ -1,0 +1,81 @@
+//! One live connection and the channels this client keeps on it.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use lapin::options::ConfirmSelectOptions;
+use lapin::{Channel, Connection};
+
+/// A channel opened on first use and opened again after it closes; operations on it run one at
+/// a time, so a channel error is reported to the operation that caused it.
+pub(super) type SerialChannel = tokio::sync::Mutex<Option<Arc<Channel>>>;
+
+/// One connection generation. The supervisor replaces the whole session when the connection
+/// dies, so nothing here is ever reused across connections.
+pub(super) struct Session {
+    /// Increases with each reconnect.
+    pub(super) generation: u64,
+    pub(super) connection: Connection,
+    /// The publishing channel, in confirm mode. Publishes share it without a lock held across
+    /// the send, so many can be in flight.
+    publisher: Mutex<Arc<Channel>>,
+    reopen_publisher: tokio::sync::Mutex<()>,
+    /// Declarations, deletions, purges and passive declares.
+    pub(super) ops: SerialChannel,
+    /// `basic.get`, kept apart from `ops` so that a failed declaration cannot invalidate
+    /// fetched messages awaiting their ack.
+    pub(super) getter: SerialChannel,
+}
+
+impl Session {
+    /// Opens the publishing channel on a fresh connection.
+    pub(super) async fn open(generation: u64, connection: Connection) -> lapin::Result<Self> {
+        let publisher = confirming_channel(&connection).await?;
+        Ok(Self {
+            generation,
+            connection,
+            publisher: Mutex::new(Arc::new(publisher)),
+            reopen_publisher: tokio::sync::Mutex::new(()),
+            ops: SerialChannel::default(),
+            getter: SerialChannel::default(),
+        })
+    }
+
+    /// Whether the connection is still usable.
+    pub(super) fn is_up(&self) -> bool {
+        self.connection.status().connected()
+    }
+
+    /// The publishing channel, reopened (in confirm mode) if a channel error closed it.
+    pub(super) async fn publisher(&self) -> lapin::Result<Arc<Channel>> {
+        let current = self.current_publisher();
+        if current.status().connected() {
+            return Ok(current);
+        }
+        let _reopening = self.reopen_publisher.lock().await;
+        let current = self.current_publisher();
+        if current.status().connected() {
+            return Ok(current);
+        }
+        let fresh = Arc::new(confirming_channel(&self.connection).await?);
+        *self
+            .publisher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = fresh.clone();
+        Ok(fresh)
+    }
+
+    fn current_publisher(&self) -> Arc<Channel> {
+        self.publisher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+async fn confirming_channel(connection: &Connection) -> lapin::Result<Channel> {
+    let channel = connection.create_channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok(channel)
+}

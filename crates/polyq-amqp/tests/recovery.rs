@@ -1,0 +1,448 @@
+//! Recovery of the `amqp://` client: consumers and publishers carry on through a broker-side
+//! close of every connection, a delivery from before the failure cannot be settled on the new
+//! channel, and a publish during an outage waits for the connection (up to its bound).
+//!
+//! `rabbitmqctl close_all_connections` closes every connection of the vhost, including those of
+//! tests running in parallel elsewhere. All connection-killing tests live in this one test
+//! binary and take [`SERIAL`] first, so they never overlap each other; cargo runs test binaries
+//! one after another, so other binaries only overlap when run concurrently by hand. Outages that
+//! must last a while go through a local TCP proxy instead, which affects this client only.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
+use polyq_amqp::{
+    Client, ClientOptions, ConsumeOptions, Error, OutgoingMessage, Properties, PublishOutcome,
+    QueueSpec,
+};
+use polyq_testkit::{amqp_url, unique_name};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, broadcast, watch};
+use tokio::time::timeout;
+
+/// Serialises the tests of this binary: each of them breaks connections.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+/// Upper bound for anything awaited here; reaching it fails the test.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn options() -> ClientOptions {
+    ClientOptions::default()
+        .connection_name("polyq-recovery-test")
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500))
+        .recovery_wait(Duration::from_secs(30))
+}
+
+fn transient_queue(name: &str) -> QueueSpec {
+    let mut spec = QueueSpec::new(name);
+    spec.durable = false;
+    spec
+}
+
+fn message(queue: &str, body: String) -> OutgoingMessage {
+    OutgoingMessage::new("", queue, Properties::default(), body)
+}
+
+async fn close_all_connections() {
+    let output = tokio::process::Command::new("rabbitmqctl")
+        .args(["close_all_connections", "polyq recovery test"])
+        .output()
+        .await
+        .expect("rabbitmqctl runs (it is installed with the broker)");
+    assert!(
+        output.status.success(),
+        "rabbitmqctl close_all_connections failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// What the publisher task confirmed, shared with the test body.
+#[derive(Default)]
+struct Published {
+    acked: HashSet<String>,
+    unconfirmed: u64,
+}
+
+/// Publishes `m0`, `m1`, ... with up to `window` confirms outstanding until `stop` is set, then
+/// until every message is confirmed. A message whose publish or confirm failed is published
+/// again; only `Acked` counts as confirmed.
+async fn publish_until_stopped(
+    client: Client,
+    queue: String,
+    window: usize,
+    stop: Arc<AtomicBool>,
+    progress: watch::Sender<Published>,
+) -> u64 {
+    let mut next = 0u64;
+    let mut retry: VecDeque<String> = VecDeque::new();
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        if stopping && retry.is_empty() && in_flight.is_empty() {
+            return next;
+        }
+        if in_flight.len() < window && (!retry.is_empty() || !stopping) {
+            let id = retry.pop_front().unwrap_or_else(|| {
+                next += 1;
+                format!("m{}", next - 1)
+            });
+            match client.publish(message(&queue, id.clone())).await {
+                Ok(confirm) => in_flight.push(confirm.map(move |outcome| (id, outcome))),
+                Err(error) => {
+                    assert!(
+                        matches!(error, Error::Unavailable { .. }),
+                        "publish failed with {error}"
+                    );
+                    retry.push_back(id);
+                }
+            }
+            continue;
+        }
+        let Some((id, outcome)) = in_flight.next().await else {
+            continue;
+        };
+        match outcome {
+            Ok(PublishOutcome::Acked) => progress.send_modify(|p| {
+                p.acked.insert(id);
+            }),
+            Ok(other) => panic!("message {id} was not accepted: {other:?}"),
+            Err(Error::Unconfirmed { .. }) => {
+                progress.send_modify(|p| p.unconfirmed += 1);
+                retry.push_back(id);
+            }
+            Err(error) => panic!("confirm of {id} failed with {error}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_and_publisher_carry_on_through_close_all_connections() {
+    let _serial = SERIAL.lock().await;
+    let url = amqp_url();
+    let queue = unique_name("polyq.recovery.close-all");
+    let client = Client::connect_with(&url, options())
+        .await
+        .expect("connects");
+    client
+        .declare_queue(&transient_queue(&queue))
+        .await
+        .expect("declares");
+    let mut consumer = client
+        .consume(&queue, &ConsumeOptions::default().prefetch(100))
+        .await
+        .expect("consumes");
+
+    // A delivery held unsettled across the failure.
+    let _ = client
+        .publish(message(&queue, "before".into()))
+        .await
+        .expect("publishes")
+        .await
+        .expect("confirmed");
+    let before = timeout(LIMIT, consumer.next())
+        .await
+        .expect("delivered in time")
+        .expect("stream open")
+        .expect("delivery");
+    assert_eq!(&before.body[..], b"before");
+    assert!(!before.redelivered);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (progress, mut seen_progress) = watch::channel(Published::default());
+    let publisher = tokio::spawn(publish_until_stopped(
+        client.clone(),
+        queue.clone(),
+        100,
+        stop.clone(),
+        progress,
+    ));
+
+    // Consume and ack everything; report the redelivery of `before` and what was received.
+    let (received_tx, mut received) = watch::channel((false, HashMap::<String, u32>::new()));
+    let (done, mut finish) = tokio::sync::oneshot::channel::<()>();
+    let reader = tokio::spawn(async move {
+        let mut stale_acks = 0u32;
+        loop {
+            let next = tokio::select! {
+                next = consumer.next() => next,
+                _ = &mut finish => break,
+            };
+            let Some(delivery) = next else {
+                panic!("the consumer stream ended while the client was open");
+            };
+            let delivery = delivery.expect("the consumer stream yields no errors");
+            let body = String::from_utf8(delivery.body.to_vec()).expect("utf-8 body");
+            match delivery.ack().await {
+                Ok(()) => {}
+                // Received on a channel that closed before the ack: it comes again.
+                Err(Error::StaleDelivery) => stale_acks += 1,
+                Err(error) => panic!("ack failed: {error}"),
+            }
+            received_tx.send_modify(|(before_again, counts)| {
+                if body == "before" {
+                    assert!(delivery.redelivered, "`before` came again as a redelivery");
+                    *before_again = true;
+                } else {
+                    *counts.entry(body).or_default() += 1;
+                }
+            });
+        }
+        consumer.cancel().await.expect("cancels");
+        stale_acks
+    });
+
+    timeout(LIMIT, seen_progress.wait_for(|p| p.acked.len() >= 200))
+        .await
+        .expect("200 confirms in time")
+        .expect("publisher alive");
+    close_all_connections().await;
+
+    // The broker requeued `before` when its channel died and the re-created consumer got it
+    // again; the old delivery must not be settled on the new channel.
+    timeout(LIMIT, received.wait_for(|(before_again, _)| *before_again))
+        .await
+        .expect("`before` redelivered in time")
+        .expect("reader alive");
+    match before.ack().await {
+        Err(Error::StaleDelivery) => {}
+        other => panic!("ack of a pre-failure delivery must be StaleDelivery, got {other:?}"),
+    }
+
+    // Keep publishing through the recovered connection for a while, then stop.
+    let confirmed_at_recovery = seen_progress.borrow().acked.len();
+    timeout(
+        LIMIT,
+        seen_progress.wait_for(|p| p.acked.len() >= confirmed_at_recovery + 200),
+    )
+    .await
+    .expect("publishing resumed in time")
+    .expect("publisher alive");
+    stop.store(true, Ordering::Release);
+    let published = timeout(LIMIT, publisher)
+        .await
+        .expect("publisher finished in time")
+        .expect("publisher did not panic");
+    let confirmed = seen_progress.borrow().acked.clone();
+    assert_eq!(
+        confirmed.len() as u64,
+        published,
+        "every message was confirmed in the end"
+    );
+
+    // Every confirmed message is consumed, possibly more than once.
+    timeout(
+        LIMIT,
+        received.wait_for(|(_, counts)| confirmed.iter().all(|id| counts.contains_key(id))),
+    )
+    .await
+    .expect("every confirmed message consumed in time")
+    .expect("reader alive");
+    let duplicates: u32 = received.borrow().1.values().map(|n| n - 1).sum();
+    let unconfirmed = seen_progress.borrow().unconfirmed;
+    println!(
+        "published {published}, confirmed {}, confirms lost with the connection and \
+         republished {unconfirmed}, consumed duplicates {duplicates}",
+        confirmed.len()
+    );
+
+    done.send(()).expect("reader alive");
+    let stale_acks = timeout(LIMIT, reader)
+        .await
+        .expect("consumer cancelled in time")
+        .expect("reader did not panic");
+    println!("acks refused as stale: {stale_acks}");
+    client
+        .delete_queue(&queue)
+        .await
+        .expect("deletes the queue");
+    client.close().await.expect("closes");
+}
+
+/// A TCP proxy to the broker that can cut every connection and refuse new ones, to hold one
+/// client's connection down without touching anyone else's.
+struct Proxy {
+    address: SocketAddr,
+    up: Arc<AtomicBool>,
+    cut: broadcast::Sender<()>,
+    refused: watch::Receiver<u64>,
+}
+
+impl Proxy {
+    async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let address = listener.local_addr().expect("local address");
+        let up = Arc::new(AtomicBool::new(true));
+        let (cut, _) = broadcast::channel(4);
+        let (refused_tx, refused) = watch::channel(0u64);
+        let (accept_up, accept_cut) = (up.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !accept_up.load(Ordering::Acquire) {
+                    drop(inbound);
+                    refused_tx.send_modify(|n| *n += 1);
+                    continue;
+                }
+                let mut cut = accept_cut.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.recv() => {}
+                    }
+                });
+            }
+        });
+        Self {
+            address,
+            up,
+            cut,
+            refused,
+        }
+    }
+
+    /// Cuts every proxied connection and refuses new ones until [`Proxy::restore`].
+    fn cut(&self) {
+        self.up.store(false, Ordering::Release);
+        let _ = self.cut.send(());
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::Release);
+    }
+
+    /// Waits until the client has been refused `n` more times: proof that it knows its
+    /// connection is down and keeps trying.
+    async fn await_refusals(&mut self, n: u64) {
+        let target = *self.refused.borrow_and_update() + n;
+        timeout(LIMIT, self.refused.wait_for(|count| *count >= target))
+            .await
+            .expect("the client retried in time")
+            .expect("proxy alive");
+    }
+}
+
+/// The broker address of `url`, and `url` pointed at `proxy` instead.
+fn through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
+    let mut parsed = url::Url::parse(url).expect("valid broker URL");
+    let upstream = parsed
+        .socket_addrs(|| Some(5672))
+        .expect("broker address resolves")
+        .into_iter()
+        .next()
+        .expect("one broker address");
+    parsed.set_port(Some(proxy.port())).expect("port settable");
+    parsed
+        .set_host(Some(&proxy.ip().to_string()))
+        .expect("host settable");
+    (upstream, parsed.to_string())
+}
+
+async fn proxied_client(recovery_wait: Duration) -> (Proxy, Client, String) {
+    let url = amqp_url();
+    let (upstream, _) = through_proxy(&url, "127.0.0.1:1".parse().expect("address"));
+    let proxy = Proxy::start(upstream).await;
+    let (_, proxied) = through_proxy(&url, proxy.address);
+    let client = Client::connect_with(&proxied, options().recovery_wait(recovery_wait))
+        .await
+        .expect("connects through the proxy");
+    let queue = unique_name("polyq.recovery.outage");
+    client
+        .declare_queue(&transient_queue(&queue))
+        .await
+        .expect("declares");
+    (proxy, client, queue)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_during_an_outage_waits_for_the_connection() {
+    let _serial = SERIAL.lock().await;
+    let (mut proxy, client, queue) = proxied_client(Duration::from_secs(30)).await;
+
+    proxy.cut();
+    proxy.await_refusals(1).await;
+    let publishing = tokio::spawn({
+        let (client, queue) = (client.clone(), queue.clone());
+        async move {
+            client
+                .publish(message(&queue, "during the outage".into()))
+                .await?
+                .await
+        }
+    });
+    // Still refused twice more while the publish is pending: it is waiting, not failing.
+    proxy.await_refusals(2).await;
+    assert!(!publishing.is_finished(), "the publish waits for recovery");
+
+    proxy.restore();
+    let outcome = timeout(LIMIT, publishing)
+        .await
+        .expect("publish completed in time")
+        .expect("task did not panic");
+    assert_eq!(outcome.expect("publish succeeded"), PublishOutcome::Acked);
+    // The queue was declared again on the new connection, and the message is in it.
+    let delivery = client
+        .get(&queue)
+        .await
+        .expect("gets")
+        .expect("the message published during the outage");
+    assert_eq!(&delivery.body[..], b"during the outage");
+    delivery.ack().await.expect("acks");
+
+    client
+        .delete_queue(&queue)
+        .await
+        .expect("deletes the queue");
+    client.close().await.expect("closes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_during_a_long_outage_fails_unavailable_after_the_bound() {
+    let _serial = SERIAL.lock().await;
+    let (mut proxy, client, queue) = proxied_client(Duration::from_millis(300)).await;
+
+    proxy.cut();
+    proxy.await_refusals(1).await;
+    let error = client
+        .publish(message(&queue, "never sent".into()))
+        .await
+        .expect_err("no connection within the bound");
+    match &error {
+        Error::Unavailable {
+            waited_ms,
+            operation,
+            url,
+        } => {
+            assert_eq!(*waited_ms, 300);
+            assert_eq!(operation, "publish");
+            assert!(url.contains("***"), "password hidden: {url}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(!error.to_string().contains(":guest@"), "{error}");
+
+    // Once the connection is back the client works again.
+    proxy.restore();
+    let info = timeout(LIMIT, async {
+        loop {
+            match client.inspect_queue(&queue).await {
+                Err(Error::Unavailable { .. }) => continue,
+                other => break other.expect("inspects"),
+            }
+        }
+    })
+    .await
+    .expect("reconnected in time");
+    assert_eq!(info.message_count, 0, "the refused publish left nothing");
+    client
+        .delete_queue(&queue)
+        .await
+        .expect("deletes the queue");
+    client.close().await.expect("closes");
+}
