@@ -1,0 +1,700 @@
+//! Decoding and the consumer verdict: strict JSON in, identity resolved, forbidden keys dropped
+//! with warnings, unknown keys kept, poison told apart from a rejected envelope.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::envelope::{Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, Slot, pointer};
+use crate::error::PoisonCause;
+use crate::whitespace::is_blank;
+
+/// Something a decode dropped or ignored, named by its RFC 6901 pointer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Warning {
+    /// RFC 6901 pointer of the key, e.g. `/meta/ts`.
+    pub pointer: String,
+    /// What happened to it.
+    pub message: String,
+}
+
+/// A decoded envelope and the warnings its decode raised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// The envelope (possibly without identity: see [`Envelope::urn`]).
+    pub envelope: Envelope,
+    /// Forbidden keys dropped, a non-string `job` ignored, a `urn` beside `job` dropped.
+    pub warnings: Vec<Warning>,
+}
+
+/// Why a consumer must not process a decoded envelope: the first failing check, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// No non-blank `job` (or `urn` alias).
+    MissingUrn,
+    /// `meta` is missing or not an object.
+    MissingMeta,
+    /// `meta.schema_version` is not the integer 1: quarantine (dead-letter), don't drop.
+    UnsupportedSchemaVersion,
+    /// `data` is missing or not an object.
+    InvalidData,
+    /// `trace_id` is missing, not a string, or blank.
+    MissingTraceId,
+    /// `attempts` is missing or not an integer.
+    InvalidAttempts,
+}
+
+impl Reason {
+    /// The machine-readable reason, as every SDK spells it (`missing_urn`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::MissingUrn => "missing_urn",
+            Reason::MissingMeta => "missing_meta",
+            Reason::UnsupportedSchemaVersion => "unsupported_schema_version",
+            Reason::InvalidData => "invalid_data",
+            Reason::MissingTraceId => "missing_trace_id",
+            Reason::InvalidAttempts => "invalid_attempts",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Envelope {
+    /// The consumer verdict: `Ok` when the envelope may be processed, otherwise the first
+    /// failing [`Reason`]. `meta.lang`, `meta.id` and `meta.created_at` are not checked.
+    ///
+    /// ```
+    /// use babelqueue::Reason;
+    ///
+    /// let body = br#"{"job":"urn:babel:a:b","trace_id":"t","data":{},"meta":{"schema_version":2},"attempts":0}"#;
+    /// let envelope = babelqueue::decode(body).unwrap().envelope;
+    /// assert_eq!(envelope.accepts(), Err(Reason::UnsupportedSchemaVersion));
+    /// ```
+    pub fn accepts(&self) -> Result<(), Reason> {
+        if self.urn().is_none() {
+            return Err(Reason::MissingUrn);
+        }
+        let Some(meta) = self.meta.get() else {
+            return Err(Reason::MissingMeta);
+        };
+        if meta.schema_version != Slot::Set(SCHEMA_VERSION) {
+            return Err(Reason::UnsupportedSchemaVersion);
+        }
+        if !self.data.get().is_some_and(RawJson::is_object) {
+            return Err(Reason::InvalidData);
+        }
+        if self.trace_id().is_none_or(is_blank) {
+            return Err(Reason::MissingTraceId);
+        }
+        if self.attempts.get().is_none() {
+            return Err(Reason::InvalidAttempts);
+        }
+        Ok(())
+    }
+}
+
+/// What a consumer does with a body: process it, reject (quarantine) it, or set it aside as
+/// poison. Poison is distinct from an unknown URN: it never reaches the URN lookup.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// A valid envelope: look up its URN.
+    Accepted(Decoded),
+    /// A readable envelope with an identity that fails [`Envelope::accepts`].
+    Rejected {
+        /// What was decoded.
+        decoded: Decoded,
+        /// The first failing check.
+        reason: Reason,
+    },
+    /// Not decodable, or no identity.
+    Poison(PoisonCause),
+}
+
+/// Decodes `body` and classifies it.
+///
+/// ```
+/// use babelqueue::{PoisonCause, Verdict};
+///
+/// assert!(matches!(babelqueue::classify(b"[1]"), Verdict::Poison(PoisonCause::NotAnObject)));
+/// assert!(matches!(babelqueue::classify(br#"{"job":" "}"#), Verdict::Poison(PoisonCause::NoIdentity)));
+/// ```
+pub fn classify(body: &[u8]) -> Verdict {
+    match decode(body) {
+        Err(cause) => Verdict::Poison(cause),
+        Ok(decoded) if decoded.envelope.urn().is_none() => Verdict::Poison(PoisonCause::NoIdentity),
+        Ok(decoded) => match decoded.envelope.accepts() {
+            Ok(()) => Verdict::Accepted(decoded),
+            Err(reason) => Verdict::Rejected { decoded, reason },
+        },
+    }
+}
+
+/// A callback that receives every decode warning.
+pub type WarningHook = Arc<dyn Fn(&Warning) + Send + Sync>;
+
+static WARNING_HOOK: RwLock<Option<WarningHook>> = RwLock::new(None);
+
+/// Installs (or, with `None`, removes) the process-wide hook every decode warning is passed to,
+/// besides being returned in [`Decoded::warnings`] and logged through `tracing`.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let sink = seen.clone();
+/// babelqueue::set_warning_hook(Some(Arc::new(move |w: &babelqueue::Warning| {
+///     sink.lock().unwrap().push(w.pointer.clone());
+/// })));
+/// babelqueue::decode(br#"{"job":"urn:babel:a:b","timestamp":1}"#).unwrap();
+/// babelqueue::set_warning_hook(None);
+/// assert!(seen.lock().unwrap().contains(&"/timestamp".to_owned()));
+/// ```
+pub fn set_warning_hook(hook: Option<WarningHook>) {
+    let mut slot = WARNING_HOOK
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *slot = hook;
+}
+
+fn report(warnings: &[Warning]) {
+    if warnings.is_empty() {
+        return;
+    }
+    let hook = WARNING_HOOK
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for warning in warnings {
+        tracing::warn!(pointer = %warning.pointer, "{}", warning.message);
+        if let Some(hook) = &hook {
+            hook(warning);
+        }
+    }
+}
+
+/// A member name, borrowed from the body unless it holds escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The members of one JSON object, in order, duplicates included.
+struct Members<'de>(Vec<(Cow<'de, str>, &'de RawValue)>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MembersVisitor;
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::with_capacity(8);
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    let value: &'de RawValue = map.next_value()?;
+                    members.push((key, value));
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(MembersVisitor)
+    }
+}
+
+/// The members of `text`, which must be one JSON object.
+pub(crate) fn object_members(text: &str) -> Result<Vec<(Cow<'_, str>, &RawValue)>, PoisonCause> {
+    match serde_json::from_str::<Members<'_>>(text) {
+        Ok(Members(members)) => Ok(members),
+        Err(error) => {
+            let starts_object = text
+                .trim_start_matches([' ', '\t', '\n', '\r'])
+                .starts_with('{');
+            if !starts_object && serde_json::from_str::<de::IgnoredAny>(text).is_ok() {
+                Err(PoisonCause::NotAnObject)
+            } else {
+                Err(PoisonCause::InvalidJson(error.to_string()))
+            }
+        }
+    }
+}
+
+fn member_error(path: &[&str], problem: &str) -> PoisonCause {
+    PoisonCause::Member {
+        pointer: pointer(path),
+        problem: problem.to_owned(),
+    }
+}
+
+fn string_member(raw: &RawValue, path: &[&str]) -> Result<Slot<String>, PoisonCause> {
+    match serde_json::from_str::<Option<String>>(raw.get()) {
+        Ok(Some(text)) => Ok(Slot::Set(text)),
+        Ok(None) => Ok(Slot::Null),
+        Err(_) if raw.get().starts_with('"') => Err(member_error(
+            path,
+            "holds an unpaired UTF-16 surrogate escape",
+        )),
+        Err(_) => Err(member_error(path, "is not a string")),
+    }
+}
+
+fn integer_member(raw: &RawValue, path: &[&str]) -> Result<Slot<i64>, PoisonCause> {
+    match serde_json::from_str::<Option<i64>>(raw.get()) {
+        Ok(Some(n)) => Ok(Slot::Set(n)),
+        Ok(None) => Ok(Slot::Null),
+        Err(_) => Err(member_error(path, "is not an integer that fits 64 bits")),
+    }
+}
+
+fn object_member<'a>(raw: &'a RawValue, path: &[&str]) -> Result<Option<&'a str>, PoisonCause> {
+    let text = raw.get();
+    if text == "null" {
+        Ok(None)
+    } else if text.starts_with('{') {
+        Ok(Some(text))
+    } else {
+        Err(member_error(path, "is not an object"))
+    }
+}
+
+fn raw_slot(text: Option<&str>, finite: bool, path: &[&str]) -> Result<Slot<RawJson>, PoisonCause> {
+    match text {
+        None => Ok(Slot::Null),
+        Some(text) => RawJson::compacted(text, finite, &pointer(path))
+            .map(Slot::Set)
+            .map_err(|e| match e {
+                crate::Error::Poison(cause) => cause,
+                other => member_error(path, &other.to_string()),
+            }),
+    }
+}
+
+fn upsert(extras: &mut Vec<(String, RawJson)>, key: &str, value: RawJson) {
+    match extras.iter_mut().find(|(k, _)| k == key) {
+        Some(slot) => slot.1 = value,
+        None => extras.push((key.to_owned(), value)),
+    }
+}
+
+fn extra_value(raw: &RawValue, path: &[&str]) -> Result<RawJson, PoisonCause> {
+    match raw_slot(Some(raw.get()), false, path)? {
+        Slot::Set(value) => Ok(value),
+        _ => Err(member_error(path, "is missing")),
+    }
+}
+
+/// Decodes one body: strict RFC 8259 JSON in UTF-8, one object, known members of the right type.
+///
+/// Identity is resolved as the contract says: a non-blank string `job` wins (a `urn` beside it is
+/// dropped with a warning); a non-string `job` is ignored with a warning; a missing, empty or
+/// blank `job` falls back to a valid `urn`. Forbidden keys are dropped with a warning and never
+/// re-emitted; every other unknown key is kept. Warnings are also passed to the hook installed
+/// with [`set_warning_hook`] and logged through `tracing`.
+///
+/// An object without identity decodes (its [`Envelope::urn`] is `None`); use [`classify`] for
+/// the full consumer verdict.
+///
+/// # Errors
+/// The [`PoisonCause`] when the body does not decode into an envelope.
+///
+/// ```
+/// let decoded = babelqueue::decode(br#"{"urn":"urn:babel:a:b","meta":{"ts":1,"TS":2}}"#).unwrap();
+/// assert_eq!(decoded.envelope.urn(), Some("urn:babel:a:b"));
+/// assert_eq!(decoded.warnings[0].pointer, "/meta/ts");
+/// assert_eq!(decoded.envelope.meta().unwrap().extras()[0].0, "TS");
+/// ```
+pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
+    let text = std::str::from_utf8(body).map_err(|_| PoisonCause::NotUtf8)?;
+    let members = object_members(text)?;
+
+    let mut job: Option<&RawValue> = None;
+    let mut urn: Option<&RawValue> = None;
+    let mut trace_id = Slot::Absent;
+    let mut data: Option<&RawValue> = None;
+    let mut meta: Slot<(Meta, Vec<&'static str>)> = Slot::Absent;
+    let mut attempts = Slot::Absent;
+    let mut dead_letter: Option<&RawValue> = None;
+    let mut timestamp = false;
+    let mut extras: Vec<(String, RawJson)> = Vec::new();
+
+    for (key, raw) in &members {
+        match key.as_ref() {
+            "job" => job = Some(raw),
+            "urn" => urn = Some(raw),
+            "trace_id" => trace_id = string_member(raw, &["trace_id"])?,
+            "attempts" => attempts = integer_member(raw, &["attempts"])?,
+            "data" => {
+                object_member(raw, &["data"])?;
+                data = Some(raw);
+            }
+            "meta" => {
+                meta = match object_member(raw, &["meta"])? {
+                    Some(text) => Slot::Set(decode_meta(text)?),
+                    None => Slot::Null,
+                };
+            }
+            "dead_letter" => {
+                if let Some(text) = object_member(raw, &["dead_letter"])? {
+                    check_dead_letter(text)?;
+                }
+                dead_letter = Some(raw);
+            }
+            "timestamp" => timestamp = true,
+            other => upsert(&mut extras, other, extra_value(raw, &[other])?),
+        }
+    }
+
+    let mut warnings = Vec::new();
+    if timestamp {
+        warnings.push(dropped("/timestamp"));
+    }
+    let meta = match meta {
+        Slot::Absent => Slot::Absent,
+        Slot::Null => Slot::Null,
+        Slot::Set((block, forbidden)) => {
+            for key in FORBIDDEN_META {
+                if forbidden.contains(&key) {
+                    warnings.push(dropped(&pointer(&["meta", key])));
+                }
+            }
+            Slot::Set(block)
+        }
+    };
+
+    let job = resolve_identity(job, urn, &mut warnings)?;
+    let data = match data {
+        None => Slot::Absent,
+        Some(raw) => raw_slot(object_member(raw, &["data"])?, true, &["data"])?,
+    };
+    let dead_letter = match dead_letter {
+        None => Slot::Absent,
+        Some(raw) => raw_slot(
+            object_member(raw, &["dead_letter"])?,
+            false,
+            &["dead_letter"],
+        )?,
+    };
+
+    report(&warnings);
+    Ok(Decoded {
+        envelope: Envelope {
+            job,
+            trace_id,
+            data,
+            meta,
+            attempts,
+            dead_letter,
+            extras,
+        },
+        warnings,
+    })
+}
+
+fn dropped(pointer: &str) -> Warning {
+    Warning {
+        pointer: pointer.to_owned(),
+        message: format!(
+            "dropped the forbidden envelope key {pointer} (non-canonical, message-envelope §10)"
+        ),
+    }
+}
+
+fn resolve_identity(
+    job: Option<&RawValue>,
+    urn: Option<&RawValue>,
+    warnings: &mut Vec<Warning>,
+) -> Result<String, PoisonCause> {
+    let job = match job {
+        None => None,
+        Some(raw) if raw.get().starts_with('"') => match string_member(raw, &["job"])? {
+            Slot::Set(text) => Some(text),
+            _ => None,
+        },
+        Some(_) => {
+            warnings.push(Warning {
+                pointer: "/job".to_owned(),
+                message: "ignored the non-string envelope key /job (identity falls back to urn)"
+                    .to_owned(),
+            });
+            None
+        }
+    };
+    let job_valid = job.as_deref().is_some_and(|text| !is_blank(text));
+    let Some(raw) = urn else {
+        return Ok(job.unwrap_or_default());
+    };
+    if job_valid {
+        warnings.push(Warning {
+            pointer: "/urn".to_owned(),
+            message: "dropped the urn alias: a valid job is present and wins".to_owned(),
+        });
+        return Ok(job.unwrap_or_default());
+    }
+    let alias = if raw.get().starts_with('"') {
+        match string_member(raw, &["urn"])? {
+            Slot::Set(text) => Some(text),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    Ok(match alias {
+        Some(alias) if !is_blank(&alias) => alias,
+        _ => job.unwrap_or_default(),
+    })
+}
+
+fn decode_meta(text: &str) -> Result<(Meta, Vec<&'static str>), PoisonCause> {
+    let mut meta = Meta::default();
+    let mut forbidden = Vec::new();
+    for (key, raw) in object_members(text)? {
+        let path = ["meta", key.as_ref()];
+        match key.as_ref() {
+            "id" => meta.id = string_member(raw, &path)?,
+            "queue" => meta.queue = string_member(raw, &path)?,
+            "lang" => meta.lang = string_member(raw, &path)?,
+            "schema_version" => meta.schema_version = integer_member(raw, &path)?,
+            "created_at" => meta.created_at = integer_member(raw, &path)?,
+            other => match FORBIDDEN_META.iter().find(|k| **k == other) {
+                Some(known) => forbidden.push(*known),
+                None => upsert(&mut meta.extras, other, extra_value(raw, &path)?),
+            },
+        }
+    }
+    Ok((meta, forbidden))
+}
+
+fn check_dead_letter(text: &str) -> Result<(), PoisonCause> {
+    for (key, raw) in object_members(text)? {
+        let path = ["dead_letter", key.as_ref()];
+        match key.as_ref() {
+            "reason" | "error" | "exception" | "original_queue" | "lang" => {
+                string_member(raw, &path)?;
+            }
+            "failed_at" | "attempts" => {
+                integer_member(raw, &path)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_str(body: &str) -> Result<Decoded, PoisonCause> {
+        decode(body.as_bytes())
+    }
+
+    fn pointers(decoded: &Decoded) -> Vec<&str> {
+        decoded
+            .warnings
+            .iter()
+            .map(|w| w.pointer.as_str())
+            .collect()
+    }
+
+    const GOOD: &str = r#""trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0"#;
+
+    #[test]
+    fn job_wins_over_urn_with_a_warning() {
+        let d = decode_str(&format!(r#"{{"job":"a","urn":"b",{GOOD}}}"#)).unwrap();
+        assert_eq!(d.envelope.urn(), Some("a"));
+        assert_eq!(pointers(&d), ["/urn"]);
+        assert!(!d.envelope.encode().unwrap().contains("\"urn\""));
+    }
+
+    #[test]
+    fn non_string_job_is_ignored_with_a_warning_and_falls_back() {
+        for job in ["null", "5", "false", "{}", "[]", "0"] {
+            let d = decode_str(&format!(r#"{{"job":{job},"urn":"b",{GOOD}}}"#)).unwrap();
+            assert_eq!(d.envelope.urn(), Some("b"), "{job}");
+            assert_eq!(pointers(&d), ["/job"], "{job}");
+        }
+    }
+
+    #[test]
+    fn blank_job_falls_back_silently_and_unicode_space_is_not_blank() {
+        let d = decode_str(&format!(r#"{{"job":" \u000b\f","urn":"b",{GOOD}}}"#)).unwrap();
+        assert_eq!(d.envelope.urn(), Some("b"));
+        assert!(d.warnings.is_empty());
+        let d = decode_str(&format!(r#"{{"job":"\u00a0","urn":"b",{GOOD}}}"#)).unwrap();
+        assert_eq!(d.envelope.urn(), Some("\u{a0}"));
+        assert_eq!(pointers(&d), ["/urn"]);
+    }
+
+    #[test]
+    fn no_identity_is_poison_not_a_rejection() {
+        for body in [
+            format!("{{{GOOD}}}"),
+            format!(r#"{{"job":"  ",{GOOD}}}"#),
+            format!(r#"{{"urn":5,{GOOD}}}"#),
+            format!(r#"{{"job":1,"urn":"\t",{GOOD}}}"#),
+        ] {
+            assert_eq!(
+                classify(body.as_bytes()),
+                Verdict::Poison(PoisonCause::NoIdentity),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_members_last_wins() {
+        let d = decode_str(&format!(r#"{{"job":"a","job":"b","x":1,"x":2,{GOOD}}}"#)).unwrap();
+        assert_eq!(d.envelope.urn(), Some("b"));
+        assert_eq!(d.envelope.extras().len(), 1);
+        assert_eq!(d.envelope.extras()[0].1.as_str(), "2");
+    }
+
+    #[test]
+    fn forbidden_keys_warn_in_table_order_and_are_never_kept() {
+        let d = decode_str(
+            r#"{"meta":{"ts":1,"source":"x","attempts":2,"max_retries":3,"id":"i"},"timestamp":0,"job":"u"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            pointers(&d),
+            [
+                "/timestamp",
+                "/meta/max_retries",
+                "/meta/attempts",
+                "/meta/source",
+                "/meta/ts"
+            ]
+        );
+        assert_eq!(
+            d.envelope.encode().unwrap(),
+            r#"{"job":"u","meta":{"id":"i"}}"#
+        );
+    }
+
+    #[test]
+    fn key_matching_is_case_sensitive() {
+        let d = decode_str(r#"{"job":"u","JOB":"x","TIMESTAMP":1,"meta":{"TS":1,"Attempts":2}}"#)
+            .unwrap();
+        assert!(d.warnings.is_empty());
+        assert_eq!(
+            d.envelope.encode().unwrap(),
+            r#"{"job":"u","meta":{"TS":1,"Attempts":2},"JOB":"x","TIMESTAMP":1}"#
+        );
+    }
+
+    #[test]
+    fn wrong_member_types_are_poison() {
+        for (body, at) in [
+            (r#"{"job":"u","trace_id":5}"#, "/trace_id"),
+            (r#"{"job":"u","attempts":1.0}"#, "/attempts"),
+            (r#"{"job":"u","attempts":"1"}"#, "/attempts"),
+            (r#"{"job":"u","attempts":9223372036854775808}"#, "/attempts"),
+            (r#"{"job":"u","data":[]}"#, "/data"),
+            (r#"{"job":"u","data":{"n":1e400}}"#, "/data"),
+            (r#"{"job":"u","meta":[]}"#, "/meta"),
+            (r#"{"job":"u","meta":{"id":5}}"#, "/meta/id"),
+            (
+                r#"{"job":"u","meta":{"schema_version":"1"}}"#,
+                "/meta/schema_version",
+            ),
+            (
+                r#"{"job":"u","dead_letter":{"failed_at":"x"}}"#,
+                "/dead_letter/failed_at",
+            ),
+            (r#"{"job":"u","trace_id":7,"trace_id":"t"}"#, "/trace_id"),
+            (r#"{"job":"u","x":"\ud800"}"#, "/x"),
+        ] {
+            match decode_str(body) {
+                Err(PoisonCause::Member { pointer, .. }) => assert_eq!(pointer, at, "{body}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn undecodable_bodies_are_poison() {
+        assert_eq!(decode(b"{\"job\":\"\xff\"}"), Err(PoisonCause::NotUtf8));
+        for body in [
+            "",
+            "nul",
+            "{\"job\":NaN}",
+            "{\"job\":\"u\"} x",
+            "\u{feff}{}",
+            "{\"a\":1,}",
+        ] {
+            assert!(
+                matches!(decode_str(body), Err(PoisonCause::InvalidJson(_))),
+                "{body:?}"
+            );
+        }
+        for body in ["null", "[]", "1", "\"s\""] {
+            assert_eq!(decode_str(body), Err(PoisonCause::NotAnObject), "{body}");
+        }
+    }
+
+    #[test]
+    fn reasons_come_in_contract_order() {
+        let cases = [
+            (r#"{"job":"u"}"#, Reason::MissingMeta),
+            (r#"{"job":"u","meta":null}"#, Reason::MissingMeta),
+            (r#"{"job":"u","meta":{}}"#, Reason::UnsupportedSchemaVersion),
+            (
+                r#"{"job":"u","meta":{"schema_version":2}}"#,
+                Reason::UnsupportedSchemaVersion,
+            ),
+            (
+                r#"{"job":"u","meta":{"schema_version":1},"data":null}"#,
+                Reason::InvalidData,
+            ),
+            (
+                r#"{"job":"u","meta":{"schema_version":1},"data":{}}"#,
+                Reason::MissingTraceId,
+            ),
+            (
+                r#"{"job":"u","meta":{"schema_version":1},"data":{},"trace_id":" \r"}"#,
+                Reason::MissingTraceId,
+            ),
+            (
+                r#"{"job":"u","meta":{"schema_version":1},"data":{},"trace_id":"t"}"#,
+                Reason::InvalidAttempts,
+            ),
+        ];
+        for (body, reason) in cases {
+            assert_eq!(
+                decode_str(body).unwrap().envelope.accepts(),
+                Err(reason),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn null_members_are_re_emitted_as_null() {
+        let body = r#"{"job":"u","trace_id":null,"data":null,"meta":{"id":null},"attempts":null,"dead_letter":null}"#;
+        assert_eq!(decode_str(body).unwrap().envelope.encode().unwrap(), body);
+    }
+}

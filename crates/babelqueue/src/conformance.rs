@@ -1,0 +1,822 @@
+//! A generic runner for the cross-SDK conformance suite (`manifest.json` + fixtures).
+//!
+//! Every section the manifest has is run, including the sections newer upstream suites add
+//! (`roundtrip`, `data_shape`, `forbidden_keys`, `payload_schema_unicode`, the brokers'
+//! `schema_version_gate`). A section or sub-section this runner does not know is reported as a
+//! failed case, never skipped. The `redis` section talks to a real Redis server.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::idempotency::{Effect, IdempotencyStore, InMemoryStore, run_once};
+use crate::projection::{self, AsbValue, SchemaGate};
+use crate::{DeadLetterInfo, Envelope, MakeOptions, Verdict};
+
+/// Where the runner finds what it needs beyond the suite.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Redis URL for the `redis` section (a case fails when it is missing or unreachable).
+    pub redis_url: Option<String>,
+}
+
+/// The outcome of one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseResult {
+    /// `section/sub-section/case`.
+    pub name: String,
+    /// `Err` with what was wrong.
+    pub outcome: std::result::Result<(), String>,
+}
+
+/// Totals of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Cases that passed.
+    pub passed: usize,
+    /// Cases that failed.
+    pub failed: usize,
+}
+
+/// Runs the suite in `dir` (the directory holding `manifest.json`), calling `report` after each
+/// case.
+///
+/// # Errors
+/// [`Error::Suite`] when the manifest cannot be read or is not a JSON object.
+///
+/// ```
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/babelqueue/conformance");
+/// let summary = babelqueue::conformance::run(dir.as_ref(), &Default::default(), &mut |_| {}).unwrap();
+/// assert!(summary.passed > 0);
+/// ```
+pub fn run(dir: &Path, options: &Options, report: &mut dyn FnMut(&CaseResult)) -> Result<Summary> {
+    let manifest_path = dir.join("manifest.json");
+    let manifest = read_json(&manifest_path)?;
+    let Value::Object(manifest) = manifest else {
+        return Err(suite_error(
+            &manifest_path,
+            "the manifest is not a JSON object",
+        ));
+    };
+    let mut runner = Runner {
+        dir: dir.to_path_buf(),
+        options,
+        report,
+        summary: Summary::default(),
+    };
+    for (section, body) in &manifest {
+        match section.as_str() {
+            "schema_version" | "description" | "$schema" => {}
+            "cases" => runner.cases(body),
+            "idempotency" => runner.idempotency(body),
+            "sqs" | "asb" | "pulsar" | "kafka" | "artemis" | "rabbitmq" | "redis" => {
+                runner.broker(section, body)
+            }
+            "payload_schema" | "payload_schema_unicode" => runner.payload_schema(section, body),
+            "roundtrip" => runner.roundtrip(body),
+            "data_shape" => runner.data_shape(body),
+            "forbidden_keys" => runner.forbidden_keys(body),
+            other => runner.record(
+                other,
+                Err("unknown section: this runner does not implement it".to_owned()),
+            ),
+        }
+    }
+    Ok(runner.summary)
+}
+
+fn suite_error(path: &Path, message: impl Into<String>) -> Error {
+    Error::Suite {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| suite_error(path, e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| suite_error(path, e.to_string()))
+}
+
+type Check = std::result::Result<(), String>;
+
+fn ensure(condition: bool, message: impl FnOnce() -> String) -> Check {
+    if condition { Ok(()) } else { Err(message()) }
+}
+
+fn field<'a>(value: &'a Value, key: &str) -> std::result::Result<&'a Value, String> {
+    value
+        .get(key)
+        .ok_or_else(|| format!("the manifest entry has no {key:?}"))
+}
+
+fn str_field<'a>(value: &'a Value, key: &str) -> std::result::Result<&'a str, String> {
+    field(value, key)?
+        .as_str()
+        .ok_or_else(|| format!("{key:?} is not a string"))
+}
+
+fn int_field(value: &Value, key: &str) -> std::result::Result<i64, String> {
+    field(value, key)?
+        .as_i64()
+        .ok_or_else(|| format!("{key:?} is not an integer"))
+}
+
+fn case_list(body: &Value) -> std::result::Result<&Vec<Value>, String> {
+    body.get("cases")
+        .and_then(Value::as_array)
+        .ok_or_else(|| "no \"cases\" array".to_owned())
+}
+
+fn case_name(case: &Value, index: usize) -> String {
+    match case.get("name").and_then(Value::as_str) {
+        Some(name) => name.to_owned(),
+        None => match case.get("value") {
+            Some(value) => format!("#{} {value}", index + 1),
+            None if case.get("absent") == Some(&Value::Bool(true)) => {
+                format!("#{} absent", index + 1)
+            }
+            None => format!("#{}", index + 1),
+        },
+    }
+}
+
+fn parse_raw(raw: &crate::RawJson) -> std::result::Result<Value, String> {
+    serde_json::from_str(raw.as_str()).map_err(|e| e.to_string())
+}
+
+struct Runner<'a> {
+    dir: PathBuf,
+    options: &'a Options,
+    report: &'a mut dyn FnMut(&CaseResult),
+    summary: Summary,
+}
+
+impl Runner<'_> {
+    fn record(&mut self, name: &str, outcome: Check) {
+        match outcome {
+            Ok(()) => self.summary.passed += 1,
+            Err(_) => self.summary.failed += 1,
+        }
+        (self.report)(&CaseResult {
+            name: name.to_owned(),
+            outcome,
+        });
+    }
+
+    fn each(
+        &mut self,
+        prefix: &str,
+        body: &Value,
+        mut check: impl FnMut(&mut Self, &Value) -> Check,
+    ) {
+        match case_list(body) {
+            Ok(cases) => {
+                for (index, case) in cases.iter().enumerate() {
+                    let outcome = check(self, case);
+                    self.record(&format!("{prefix}/{}", case_name(case, index)), outcome);
+                }
+            }
+            Err(message) => self.record(prefix, Err(message)),
+        }
+    }
+
+    fn read_body(&self, file: &str) -> std::result::Result<Vec<u8>, String> {
+        std::fs::read(self.dir.join(file)).map_err(|e| format!("cannot read {file}: {e}"))
+    }
+
+    fn fixture(&self, entry: &Value, key: &str) -> std::result::Result<Envelope, String> {
+        let file = str_field(entry, key)?;
+        match crate::classify(&self.read_body(file)?) {
+            Verdict::Accepted(decoded) => Ok(decoded.envelope),
+            Verdict::Rejected { reason, .. } => Err(format!("{file} is rejected ({reason})")),
+            Verdict::Poison(cause) => Err(format!("{file} is poison ({cause})")),
+        }
+    }
+
+    fn cases(&mut self, body: &Value) {
+        let Some(cases) = body.as_array() else {
+            return self.record("cases", Err("\"cases\" is not an array".to_owned()));
+        };
+        for (index, case) in cases.iter().enumerate() {
+            let outcome = self.envelope_case(case);
+            self.record(&format!("cases/{}", case_name(case, index)), outcome);
+        }
+    }
+
+    fn envelope_case(&self, case: &Value) -> Check {
+        let file = str_field(case, "file")?;
+        let verdict = crate::classify(&self.read_body(file)?);
+        let valid = field(case, "valid")?
+            .as_bool()
+            .ok_or("\"valid\" is not a boolean")?;
+        if !valid {
+            return match verdict {
+                Verdict::Accepted(_) => Err(format!("{file} was accepted; it must be rejected")),
+                _ => Ok(()),
+            };
+        }
+        let envelope = match verdict {
+            Verdict::Accepted(decoded) => decoded.envelope,
+            Verdict::Rejected { reason, .. } => return Err(format!("rejected: {reason}")),
+            Verdict::Poison(cause) => return Err(format!("poison: {cause}")),
+        };
+        let expect = field(case, "expect")?;
+        let meta = envelope.meta();
+        for (key, expected) in expect.as_object().ok_or("\"expect\" is not an object")? {
+            let actual = match key.as_str() {
+                "urn" => envelope.urn().map(Value::from),
+                "data" => envelope.data().map(parse_raw).transpose()?,
+                "attempts" => envelope.attempts().map(Value::from),
+                "lang" => meta.and_then(|m| m.lang()).map(Value::from),
+                "schema_version" => meta.and_then(|m| m.schema_version()).map(Value::from),
+                "dead_letter" => {
+                    let block = envelope.dead_letter().unwrap_or_default();
+                    return check_dead_letter(&block, expected);
+                }
+                other => return Err(format!("unknown expectation {other:?}")),
+            };
+            ensure(actual.as_ref() == Some(expected), || {
+                format!("{key}: expected {expected}, got {actual:?}")
+            })?;
+        }
+        Ok(())
+    }
+
+    fn idempotency(&mut self, body: &Value) {
+        if let Some(key) = body.get("dedup_key") {
+            let outcome = self.dedup_key(key);
+            self.record("idempotency/dedup_key", outcome);
+        }
+        match body.get("sequences") {
+            Some(sequences) => self.each("idempotency/sequences", sequences, |_, case| {
+                idempotency_sequence(case)
+            }),
+            None => self.record("idempotency/sequences", Err("no \"sequences\"".to_owned())),
+        }
+        for key in body.as_object().into_iter().flat_map(Map::keys) {
+            if !matches!(key.as_str(), "description" | "dedup_key" | "sequences") {
+                self.record(
+                    &format!("idempotency/{key}"),
+                    Err("unknown sub-section".to_owned()),
+                );
+            }
+        }
+    }
+
+    fn dedup_key(&self, key: &Value) -> Check {
+        let envelope = self.fixture(key, "envelope_file")?;
+        ensure(str_field(key, "key_field")? == "meta.id", || {
+            "the dedupe key must be meta.id".to_owned()
+        })?;
+        let expected = str_field(key, "expected_key")?;
+        let actual = envelope.meta().and_then(|m| m.id());
+        ensure(actual == Some(expected), || {
+            format!("expected {expected}, got {actual:?}")
+        })
+    }
+
+    fn broker(&mut self, section: &str, body: &Value) {
+        let Some(subsections) = body.as_object() else {
+            return self.record(section, Err("the section is not an object".to_owned()));
+        };
+        for (sub, value) in subsections {
+            let prefix = format!("{section}/{sub}");
+            match sub.as_str() {
+                "description" => {}
+                "property_projection" | "attribute_projection" => {
+                    let outcome = self.projection(section, value);
+                    self.record(&prefix, outcome);
+                }
+                "attempts_reconciliation" => {
+                    let section = section.to_owned();
+                    self.each(&prefix, value, |_, case| reconciliation(&section, case));
+                }
+                "schema_version_gate" => {
+                    let section = section.to_owned();
+                    self.each(&prefix, value, |_, case| gate(&section, case));
+                }
+                "payload_identity" if section == "redis" => {
+                    let outcome = self.redis_identity(value);
+                    self.record(&prefix, outcome);
+                }
+                _ => self.record(
+                    &prefix,
+                    Err("unknown sub-section: this runner does not implement it".to_owned()),
+                ),
+            }
+        }
+    }
+
+    fn projection(&self, section: &str, spec: &Value) -> Check {
+        let envelope = self.fixture(spec, "envelope_file")?;
+        match section {
+            "sqs" => {
+                let actual: Map<String, Value> = projection::sqs_attributes(&envelope)
+                    .into_iter()
+                    .map(|a| (a.name.to_owned(), serde_json::json!({"DataType": a.data_type, "StringValue": a.string_value})))
+                    .collect();
+                same_map(&actual, field(spec, "message_attributes")?)
+            }
+            "asb" => {
+                let p = projection::asb_projection(&envelope);
+                let message: Map<String, Value> = [
+                    ("subject", p.subject.map(Value::from)),
+                    ("correlation_id", p.correlation_id.map(Value::from)),
+                    ("message_id", p.message_id.map(Value::from)),
+                    ("content_type", Some(Value::from(p.content_type))),
+                ]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
+                .collect();
+                same_map(&message, field(spec, "message")?)?;
+                let properties: Map<String, Value> = p
+                    .application_properties
+                    .into_iter()
+                    .map(|(name, value)| (name.to_owned(), asb_to_json(&value)))
+                    .collect();
+                same_map(&properties, field(spec, "application_properties")?)
+            }
+            "pulsar" => same_map(
+                &string_map(projection::pulsar_properties(&envelope)),
+                field(spec, "properties")?,
+            ),
+            "kafka" => {
+                let headers = projection::kafka_headers(&envelope)
+                    .into_iter()
+                    .map(|(name, bytes)| (name, String::from_utf8_lossy(&bytes).into_owned()))
+                    .collect();
+                same_map(&string_map(headers), field(spec, "headers")?)
+            }
+            "artemis" => {
+                let p = projection::artemis_projection(&envelope);
+                let annotation = str_field(spec, "jms_type_annotation")?;
+                ensure(p.jms_type_annotation == annotation, || {
+                    format!("annotation {} ≠ {annotation}", p.jms_type_annotation)
+                })?;
+                let jms_type = str_field(spec, "jms_type")?;
+                ensure(p.jms_type.as_deref() == Some(jms_type), || {
+                    format!("jms_type {:?} ≠ {jms_type}", p.jms_type)
+                })?;
+                let correlation = str_field(spec, "correlation_id")?;
+                ensure(p.correlation_id.as_deref() == Some(correlation), || {
+                    format!("correlation-id {:?} ≠ {correlation}", p.correlation_id)
+                })?;
+                same_map(&string_map(p.properties), field(spec, "properties")?)
+            }
+            "rabbitmq" => rabbitmq_projection(&envelope, spec),
+            other => Err(format!("no projection is defined for {other}")),
+        }
+    }
+
+    fn redis_identity(&self, spec: &Value) -> Check {
+        let file = str_field(spec, "envelope_file")?;
+        let body = self.read_body(file)?;
+        let url = self
+            .options
+            .redis_url
+            .as_deref()
+            .ok_or("no Redis URL was given (set POLYQ_REDIS_URL or --redis-url)")?;
+        redis_round_trip(url, &body)
+    }
+
+    fn payload_schema(&mut self, section: &str, body: &Value) {
+        let schema = body.get("schema").cloned().unwrap_or(Value::Null);
+        self.each(section, body, |_, case| {
+            let expected = field(case, "valid")?
+                .as_bool()
+                .ok_or("\"valid\" is not a boolean")?;
+            let violation = crate::schema::validate_value(&schema, field(case, "data")?);
+            ensure(violation.is_none() == expected, || match &violation {
+                Some(v) => format!("expected valid, got {v}"),
+                None => "expected a violation, got none".to_owned(),
+            })
+        });
+    }
+
+    fn roundtrip(&mut self, body: &Value) {
+        self.each("roundtrip", body, |runner, case| {
+            let mut envelope = runner.fixture(case, "file")?;
+            envelope.set_attempts(envelope.attempts().unwrap_or(0) + 1);
+            let out: Value = reencode(&envelope)?;
+            let expected = int_field(case, "expect_attempts")?;
+            ensure(out.get("attempts") == Some(&Value::from(expected)), || {
+                format!("attempts {:?} ≠ {expected}", out.get("attempts"))
+            })?;
+            for (pointer, expected) in field(case, "expect_preserved")?
+                .as_object()
+                .ok_or("\"expect_preserved\" is not an object")?
+            {
+                let actual = out.pointer(pointer);
+                ensure(actual == Some(expected), || {
+                    format!("{pointer}: expected {expected}, got {actual:?}")
+                })?;
+            }
+            Ok(())
+        });
+    }
+
+    fn data_shape(&mut self, body: &Value) {
+        self.each("data_shape", body, |runner, case| {
+            match str_field(case, "mode")? {
+                "encode" => {
+                    let options = match case.get("queue").and_then(Value::as_str) {
+                        Some(queue) => MakeOptions::new().queue(queue),
+                        None => MakeOptions::new(),
+                    };
+                    let envelope =
+                        crate::make(str_field(case, "urn")?, field(case, "data")?, options)
+                            .map_err(|e| e.to_string())?;
+                    envelope.encode().map_err(|e| e.to_string())?;
+                    let emitted = envelope
+                        .data()
+                        .map(crate::RawJson::as_str)
+                        .unwrap_or_default();
+                    let expected =
+                        crate::RawJson::from_json(str_field(case, "expect_encoded_data_json")?)
+                            .map_err(|e| e.to_string())?;
+                    ensure(emitted == expected.as_str(), || {
+                        format!("data encoded as {emitted}, expected {expected}")
+                    })
+                }
+                "decode" => {
+                    let file = str_field(case, "file")?;
+                    let accepted = matches!(
+                        crate::classify(&runner.read_body(file)?),
+                        Verdict::Accepted(_)
+                    );
+                    let valid = field(case, "valid")?
+                        .as_bool()
+                        .ok_or("\"valid\" is not a boolean")?;
+                    ensure(accepted == valid, || {
+                        format!("accepted = {accepted}, expected {valid}")
+                    })
+                }
+                other => Err(format!("unknown mode {other:?}")),
+            }
+        });
+    }
+
+    fn forbidden_keys(&mut self, body: &Value) {
+        self.each("forbidden_keys", body, |runner, case| {
+            let file = str_field(case, "file")?;
+            ensure(str_field(case, "expect")? == "warn", || {
+                "only expect: warn is defined".to_owned()
+            })?;
+            let decoded = match crate::classify(&runner.read_body(file)?) {
+                Verdict::Accepted(decoded) => decoded,
+                other => return Err(format!("decode must succeed and accept: {other:?}")),
+            };
+            let key = str_field(case, "forbidden_key")?;
+            ensure(decoded.warnings.iter().any(|w| w.pointer == key), || {
+                format!("no warning names {key}: {:?}", decoded.warnings)
+            })?;
+            let out = reencode(&decoded.envelope)?;
+            for pointer in field(case, "expect_absent_after_reencode")?
+                .as_array()
+                .ok_or("\"expect_absent_after_reencode\" is not an array")?
+            {
+                let pointer = pointer.as_str().ok_or("a pointer is not a string")?;
+                ensure(out.pointer(pointer).is_none(), || {
+                    format!("{pointer} is still present after re-encode")
+                })?;
+            }
+            Ok(())
+        });
+    }
+}
+
+fn reencode(envelope: &Envelope) -> std::result::Result<Value, String> {
+    let text = envelope.encode().map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| format!("re-encoded body does not parse: {e}"))
+}
+
+fn check_dead_letter(block: &DeadLetterInfo, expected: &Value) -> Check {
+    for (key, want) in expected
+        .as_object()
+        .ok_or("\"dead_letter\" is not an object")?
+    {
+        let actual = match key.as_str() {
+            "reason" => block.reason.clone().map(Value::from),
+            "original_queue" => block.original_queue.clone().map(Value::from),
+            "error" => block.error.clone().map(Value::from),
+            "exception" => block.exception.clone().map(Value::from),
+            "lang" => block.lang.clone().map(Value::from),
+            "attempts" => block.attempts.map(Value::from),
+            "failed_at" => block.failed_at.map(Value::from),
+            other => return Err(format!("unknown dead_letter expectation {other:?}")),
+        };
+        ensure(actual.as_ref() == Some(want), || {
+            format!("dead_letter.{key}: expected {want}, got {actual:?}")
+        })?;
+    }
+    Ok(())
+}
+
+fn idempotency_sequence(case: &Value) -> Check {
+    let store = InMemoryStore::new();
+    let mut effects = 0_i64;
+    for (step, delivery) in field(case, "deliveries")?
+        .as_array()
+        .ok_or("\"deliveries\" is not an array")?
+        .iter()
+        .enumerate()
+    {
+        let id = str_field(delivery, "meta_id")?;
+        if delivery.get("forget_before") == Some(&Value::Bool(true)) {
+            store.forget(id).map_err(|e| e.to_string())?;
+        }
+        let fails = delivery.get("outcome").and_then(Value::as_str) == Some("throw");
+        let result = run_once(&store, Some(id), || {
+            if fails {
+                Err(Error::Store("handler threw".into()))
+            } else {
+                Ok(())
+            }
+        });
+        // A run is an effect whether the handler then succeeds or throws.
+        let effect = match result {
+            Ok(Effect::Ran(())) => "run",
+            Ok(Effect::Skipped) => "skip",
+            Err(_) if fails => "run",
+            Err(e) => return Err(e.to_string()),
+        };
+        if effect == "run" {
+            effects += 1;
+        }
+        let expected = str_field(delivery, "expect_effect")?;
+        ensure(effect == expected, || {
+            format!("delivery {}: {effect}, expected {expected}", step + 1)
+        })?;
+    }
+    let expected = int_field(case, "expected_effects")?;
+    ensure(effects == expected, || {
+        format!("{effects} effects, expected {expected}")
+    })
+}
+
+fn optional_int(case: &Value, key: &str) -> std::result::Result<Option<i64>, String> {
+    match case.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| format!("{key:?} is not an integer")),
+    }
+}
+
+fn reconciliation(section: &str, case: &Value) -> Check {
+    let body = int_field(case, "body_attempts")?;
+    let actual = match section {
+        "sqs" => {
+            let count = match case.get("approximate_receive_count") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(text)) => Some(text.clone()),
+                Some(other) => Some(other.to_string()),
+            };
+            projection::sqs_attempts(body, count.as_deref())
+        }
+        "asb" => projection::asb_attempts(body, optional_int(case, "delivery_count")?),
+        "pulsar" => projection::pulsar_attempts(
+            body,
+            case.get("bq_attempts").and_then(Value::as_str),
+            optional_int(case, "redelivery_count")?,
+        ),
+        "kafka" => {
+            let header = match case.get("header_attempts") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(text)) => Some(text.clone()),
+                Some(other) => Some(other.to_string()),
+            };
+            projection::kafka_attempts(body, header.as_deref().map(str::as_bytes))
+        }
+        "artemis" => projection::artemis_attempts(body, optional_int(case, "delivery_count")?),
+        other => return Err(format!("no attempts reconciliation is defined for {other}")),
+    };
+    let expected = int_field(case, "expected_attempts")?;
+    ensure(actual == expected, || {
+        format!("attempts {actual}, expected {expected}")
+    })
+}
+
+fn gate(section: &str, case: &Value) -> Check {
+    let expected = match str_field(case, "expect")? {
+        "decode" => SchemaGate::Decode,
+        "reject" => SchemaGate::Reject,
+        other => return Err(format!("unknown verdict {other:?}")),
+    };
+    let absent = case.get("absent") == Some(&Value::Bool(true));
+    let value = if absent {
+        None
+    } else {
+        Some(field(case, "value")?)
+    };
+    let verdicts: Vec<(String, SchemaGate)> = if section == "asb" {
+        asb_inputs(value, case.get("value_type").and_then(Value::as_str))?
+            .into_iter()
+            .map(|input| {
+                (
+                    format!("{input:?}"),
+                    projection::asb_schema_version_gate(input.as_ref()),
+                )
+            })
+            .collect()
+    } else {
+        let text = match value {
+            None => None,
+            Some(Value::String(text)) => Some(text.as_str()),
+            Some(other) => {
+                return Err(format!(
+                    "{section} properties are strings; {other} cannot be sent"
+                ));
+            }
+        };
+        vec![(format!("{text:?}"), projection::schema_version_gate(text))]
+    };
+    for (input, verdict) in verdicts {
+        ensure(verdict == expected, || {
+            format!("{input}: {verdict:?}, expected {expected:?}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Every native value a JSON case stands for: integers at each AMQP width that holds them, a
+/// `value_type: float` case as both float and double.
+fn asb_inputs(
+    value: Option<&Value>,
+    value_type: Option<&str>,
+) -> std::result::Result<Vec<Option<AsbValue>>, String> {
+    let Some(value) = value else {
+        return Ok(vec![None]);
+    };
+    Ok(match value {
+        Value::Null => vec![Some(AsbValue::Null)],
+        Value::String(text) => vec![Some(AsbValue::String(text.clone()))],
+        Value::Number(n) if value_type == Some("float") => {
+            let f = n.as_f64().ok_or("not a number")?;
+            vec![Some(AsbValue::Float(f as f32)), Some(AsbValue::Double(f))]
+        }
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => {
+                let mut inputs = vec![Some(AsbValue::Long(i))];
+                if let Ok(v) = i32::try_from(i) {
+                    inputs.push(Some(AsbValue::Int(v)));
+                }
+                if let Ok(v) = i16::try_from(i) {
+                    inputs.push(Some(AsbValue::Short(v)));
+                }
+                if let Ok(v) = i8::try_from(i) {
+                    inputs.push(Some(AsbValue::Byte(v)));
+                }
+                if let Ok(v) = u8::try_from(i) {
+                    inputs.extend([
+                        Some(AsbValue::UByte(v)),
+                        Some(AsbValue::UShort(v.into())),
+                        Some(AsbValue::UInt(v.into())),
+                        Some(AsbValue::ULong(v.into())),
+                    ]);
+                }
+                inputs
+            }
+            None => vec![Some(AsbValue::Double(n.as_f64().ok_or("not a number")?))],
+        },
+        Value::Bool(_) | Value::Array(_) | Value::Object(_) => vec![Some(AsbValue::Other)],
+    })
+}
+
+fn asb_to_json(value: &AsbValue) -> Value {
+    match value {
+        AsbValue::Null => Value::Null,
+        AsbValue::String(text) => Value::from(text.as_str()),
+        AsbValue::Float(f) => Value::from(f64::from(*f)),
+        AsbValue::Double(f) => Value::from(*f),
+        other => match other.as_integer().and_then(|i| i64::try_from(i).ok()) {
+            Some(i) => Value::from(i),
+            None => Value::from(format!("{other:?}")),
+        },
+    }
+}
+
+fn string_map(pairs: Vec<(&'static str, String)>) -> Map<String, Value> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Value::from(v)))
+        .collect()
+}
+
+fn same_map(actual: &Map<String, Value>, expected: &Value) -> Check {
+    let expected = expected
+        .as_object()
+        .ok_or("the expected projection is not an object")?;
+    for (key, want) in expected {
+        let got = actual.get(key);
+        ensure(got == Some(want), || {
+            format!("{key}: expected {want}, got {got:?}")
+        })?;
+    }
+    for key in actual.keys() {
+        ensure(expected.contains_key(key), || {
+            format!("unexpected extra {key}")
+        })?;
+    }
+    Ok(())
+}
+
+fn rabbitmq_projection(envelope: &Envelope, spec: &Value) -> Check {
+    let props = projection::rabbitmq_properties(envelope, &[]);
+    for (key, want) in field(spec, "properties")?
+        .as_object()
+        .ok_or("\"properties\" is not an object")?
+    {
+        let got = match key.as_str() {
+            "type" => props.kind.as_deref(),
+            "correlation_id" => props.correlation_id.as_deref(),
+            "message_id" => props.message_id.as_deref(),
+            "app_id" => props.app_id.as_deref(),
+            "content_type" => props.content_type.as_deref(),
+            "content_encoding" => props.content_encoding.as_deref(),
+            "reply_to" => props.reply_to.as_deref(),
+            other => return Err(format!("unknown AMQP property {other:?}")),
+        };
+        ensure(got.map(Value::from).as_ref() == Some(want), || {
+            format!("{key}: expected {want}, got {got:?}")
+        })?;
+    }
+    let headers = field(spec, "headers")?
+        .as_object()
+        .ok_or("\"headers\" is not an object")?;
+    for (name, want) in headers {
+        let got = props.headers.get(name);
+        let matches = match (want, got) {
+            (Value::Number(n), Some(value)) => n.as_i64().is_some() && value.as_i64() == n.as_i64(),
+            (Value::String(text), Some(value)) => value.as_str() == Some(text.as_str()),
+            _ => false,
+        };
+        ensure(matches, || {
+            format!("header {name}: expected {want} (native type), got {got:?}")
+        })?;
+    }
+    for name in props.headers.keys() {
+        ensure(headers.contains_key(name), || {
+            format!("unexpected extra header {name}")
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(feature = "redis")]
+fn redis_round_trip(url: &str, body: &[u8]) -> Check {
+    use std::time::Duration;
+
+    let shown = polyq_amqp::redact_url(url);
+    let fail = |e: redis::RedisError| format!("Redis at {shown}: {e}");
+    let client = redis::Client::open(url).map_err(fail)?;
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .map_err(fail)?;
+    con.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(fail)?;
+    con.set_write_timeout(Some(Duration::from_secs(5)))
+        .map_err(fail)?;
+    let queue = format!("polyq.conformance.{}", uuid::Uuid::new_v4().simple());
+    let processing = format!("{queue}:processing");
+    let outcome = (|| {
+        redis::cmd("RPUSH")
+            .arg(&queue)
+            .arg(body)
+            .query::<i64>(&mut con)
+            .map_err(fail)?;
+        let reserved: Option<Vec<u8>> = redis::cmd("LMOVE")
+            .arg(&queue)
+            .arg(&processing)
+            .arg("LEFT")
+            .arg("RIGHT")
+            .query(&mut con)
+            .map_err(fail)?;
+        let reserved = reserved.ok_or("the reserve returned nothing")?;
+        ensure(reserved == body, || {
+            "the reserved element differs from the pushed bytes".to_owned()
+        })?;
+        let removed: i64 = redis::cmd("LREM")
+            .arg(&processing)
+            .arg(1)
+            .arg(body)
+            .query(&mut con)
+            .map_err(fail)?;
+        ensure(removed == 1, || {
+            "the ack (LREM) did not find the reserved element".to_owned()
+        })
+    })();
+    let cleanup = redis::cmd("DEL")
+        .arg(&queue)
+        .arg(&processing)
+        .query::<i64>(&mut con)
+        .map_err(fail);
+    outcome.and(cleanup.map(drop))
+}
+
+#[cfg(not(feature = "redis"))]
+fn redis_round_trip(_url: &str, _body: &[u8]) -> Check {
+    Err("this build has no Redis support (enable the babelqueue `redis` feature)".to_owned())
+}

@@ -1,0 +1,441 @@
+//! The envelope type and its canonical encoding.
+
+use std::fmt;
+use std::fmt::Write as _;
+
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::rawjson::push_str_literal;
+use crate::whitespace::is_blank;
+
+/// The only envelope version there is.
+pub const SCHEMA_VERSION: i64 = 1;
+/// The `meta.lang` this SDK writes.
+pub const SOURCE_LANG: &str = "rust";
+/// The core `meta` keys, in canonical order.
+pub const CORE_META_KEYS: [&str; 5] = ["id", "queue", "lang", "schema_version", "created_at"];
+/// The known top-level keys, in canonical order.
+pub const TOP_LEVEL_KEYS: [&str; 6] =
+    ["job", "trace_id", "data", "meta", "attempts", "dead_letter"];
+/// Forbidden keys as RFC 6901 pointers: dropped with a warning on decode, refused on encode.
+pub const FORBIDDEN_POINTERS: [&str; 5] = [
+    "/timestamp",
+    "/meta/max_retries",
+    "/meta/attempts",
+    "/meta/source",
+    "/meta/ts",
+];
+/// Forbidden top-level keys (besides the inbound-only `urn` alias).
+pub(crate) const FORBIDDEN_TOP: [&str; 1] = ["timestamp"];
+/// Forbidden `meta` keys.
+pub(crate) const FORBIDDEN_META: [&str; 4] = ["max_retries", "attempts", "source", "ts"];
+
+/// A JSON value kept as the compact text it arrived as: numbers, escapes and key order are never
+/// re-formatted, so a retry, redrive or relay re-emits the producer's bytes.
+///
+/// ```
+/// use babelqueue::RawJson;
+///
+/// let raw = RawJson::from_json("{ \"big\": 12345678901234567890, \"x\": 1.0 }").unwrap();
+/// assert_eq!(raw.as_str(), r#"{"big":12345678901234567890,"x":1.0}"#);
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RawJson(Box<str>);
+
+impl RawJson {
+    /// Checks `text` as strict JSON and keeps it, with insignificant whitespace removed.
+    ///
+    /// # Errors
+    /// [`Error::Json`] when `text` is not one JSON value; [`Error::Poison`] when it holds an
+    /// unpaired surrogate escape.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: &serde_json::value::RawValue = serde_json::from_str(text)?;
+        Self::compacted(raw.get(), false, "")
+    }
+
+    /// Serialises `value` (which cannot hold a non-finite number).
+    ///
+    /// # Errors
+    /// [`Error::Json`] when the value cannot be serialised.
+    pub fn from_value(value: &serde_json::Value) -> Result<Self> {
+        Ok(Self(serde_json::to_string(value)?.into_boxed_str()))
+    }
+
+    pub(crate) fn compacted(raw: &str, finite_numbers: bool, pointer: &str) -> Result<Self> {
+        crate::rawjson::compact(raw, finite_numbers)
+            .map(|text| Self(text.into_owned().into_boxed_str()))
+            .map_err(|issue| {
+                Error::Poison(crate::PoisonCause::Member {
+                    pointer: pointer.to_owned(),
+                    problem: issue.describe().to_owned(),
+                })
+            })
+    }
+
+    /// Trusted text: produced by `serde_json` or by this crate, already compact.
+    pub(crate) fn trusted(text: String) -> Self {
+        Self(text.into_boxed_str())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Deserialises the value.
+    ///
+    /// # Errors
+    /// [`Error::Json`] when it does not match `T`.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T> {
+        Ok(serde_json::from_str(&self.0)?)
+    }
+
+    /// Whether the value is a JSON object.
+    pub fn is_object(&self) -> bool {
+        self.0.starts_with('{')
+    }
+}
+
+impl fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A known member: absent, present with `null`, or present with a value. Absent and `null` are
+/// kept apart so that a re-encode writes exactly what arrived.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) enum Slot<T> {
+    #[default]
+    Absent,
+    Null,
+    Set(T),
+}
+
+impl<T> Slot<T> {
+    pub(crate) fn get(&self) -> Option<&T> {
+        match self {
+            Slot::Set(value) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+/// The `meta` block: producer-set, immutable descriptive metadata.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Meta {
+    pub(crate) id: Slot<String>,
+    pub(crate) queue: Slot<String>,
+    pub(crate) lang: Slot<String>,
+    pub(crate) schema_version: Slot<i64>,
+    pub(crate) created_at: Slot<i64>,
+    pub(crate) extras: Vec<(String, RawJson)>,
+}
+
+impl Meta {
+    /// `meta.id`, the per-message identity (the idempotency key).
+    pub fn id(&self) -> Option<&str> {
+        self.id.get().map(String::as_str)
+    }
+
+    /// `meta.queue`, the logical queue the producer addressed.
+    pub fn queue(&self) -> Option<&str> {
+        self.queue.get().map(String::as_str)
+    }
+
+    /// `meta.lang`, the producing SDK's language; any value is accepted and forwarded.
+    pub fn lang(&self) -> Option<&str> {
+        self.lang.get().map(String::as_str)
+    }
+
+    /// `meta.schema_version`.
+    pub fn schema_version(&self) -> Option<i64> {
+        self.schema_version.get().copied()
+    }
+
+    /// `meta.created_at`, Unix milliseconds.
+    pub fn created_at(&self) -> Option<i64> {
+        self.created_at.get().copied()
+    }
+
+    /// Extension keys after the core keys, in arrival order, with their exact JSON values.
+    pub fn extras(&self) -> &[(String, RawJson)] {
+        &self.extras
+    }
+
+    pub(crate) fn set_queue(&mut self, queue: String) {
+        self.queue = Slot::Set(queue);
+    }
+}
+
+/// One BabelQueue envelope: `{job, trace_id, data, meta, attempts[, dead_letter]}` plus any
+/// extension keys, as decoded or as built by [`make`](crate::make).
+///
+/// `data`, `dead_letter` and extension values are kept as the JSON text they arrived as, so
+/// re-encoding (a retry, a dead-letter move, a redrive, a relay) re-emits the producer's bytes.
+///
+/// ```
+/// let body = br#"{"job":"urn:babel:orders:created","trace_id":"t-1","data":{"n":1.0},
+///   "meta":{"id":"i","queue":"orders","lang":"cobol","schema_version":1,"created_at":1,"x":[]},
+///   "attempts":0,"extra_top":true}"#;
+/// let mut envelope = babelqueue::decode(body).unwrap().envelope;
+/// envelope.set_attempts(1);
+/// assert_eq!(
+///     envelope.encode().unwrap(),
+///     r#"{"job":"urn:babel:orders:created","trace_id":"t-1","data":{"n":1.0},"meta":{"id":"i","queue":"orders","lang":"cobol","schema_version":1,"created_at":1,"x":[]},"attempts":1,"extra_top":true}"#
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub(crate) job: String,
+    pub(crate) trace_id: Slot<String>,
+    pub(crate) data: Slot<RawJson>,
+    pub(crate) meta: Slot<Meta>,
+    pub(crate) attempts: Slot<i64>,
+    pub(crate) dead_letter: Slot<RawJson>,
+    pub(crate) extras: Vec<(String, RawJson)>,
+}
+
+impl Envelope {
+    /// The URN (`job`, with the `urn` alias already folded in on decode), or `None` when the
+    /// envelope has no identity.
+    pub fn urn(&self) -> Option<&str> {
+        (!is_blank(&self.job)).then_some(self.job.as_str())
+    }
+
+    /// `trace_id`, the cross-service correlation id.
+    pub fn trace_id(&self) -> Option<&str> {
+        self.trace_id.get().map(String::as_str)
+    }
+
+    /// `data` as the JSON text it arrived as (an object on every accepted envelope).
+    pub fn data(&self) -> Option<&RawJson> {
+        self.data.get()
+    }
+
+    /// Deserialises `data`.
+    ///
+    /// # Errors
+    /// [`Error::Json`] when `data` is missing or does not match `T`.
+    pub fn data_as<T: DeserializeOwned>(&self) -> Result<T> {
+        Ok(serde_json::from_str(
+            self.data.get().map_or("null", RawJson::as_str),
+        )?)
+    }
+
+    /// The `meta` block.
+    pub fn meta(&self) -> Option<&Meta> {
+        self.meta.get()
+    }
+
+    /// `attempts`, the transport retry counter.
+    pub fn attempts(&self) -> Option<i64> {
+        self.attempts.get().copied()
+    }
+
+    /// Sets `attempts` (what a retry, a broker-count reconciliation or a redrive does).
+    pub fn set_attempts(&mut self, attempts: i64) {
+        self.attempts = Slot::Set(attempts);
+    }
+
+    /// Sets `meta.queue` (the runtime's publish addresses the target queue), creating `meta` when
+    /// it is missing.
+    pub fn set_queue(&mut self, queue: impl Into<String>) {
+        match &mut self.meta {
+            Slot::Set(meta) => meta.set_queue(queue.into()),
+            slot => {
+                let mut meta = Meta::default();
+                meta.set_queue(queue.into());
+                *slot = Slot::Set(meta);
+            }
+        }
+    }
+
+    /// The `dead_letter` block as it arrived, if any.
+    pub fn dead_letter_raw(&self) -> Option<&RawJson> {
+        self.dead_letter.get()
+    }
+
+    /// Removes the `dead_letter` block (what a redrive does before re-publishing).
+    pub fn remove_dead_letter(&mut self) {
+        self.dead_letter = Slot::Absent;
+    }
+
+    /// Unknown top-level keys, in arrival order, with their exact JSON values.
+    pub fn extras(&self) -> &[(String, RawJson)] {
+        &self.extras
+    }
+
+    /// Adds or replaces an unknown top-level key.
+    ///
+    /// # Errors
+    /// [`Error::ReservedKey`] for a known key, a forbidden key or the `urn` alias.
+    pub fn set_extra(&mut self, key: impl Into<String>, value: RawJson) -> Result<()> {
+        let key = key.into();
+        if TOP_LEVEL_KEYS.contains(&key.as_str())
+            || key == "urn"
+            || FORBIDDEN_TOP.contains(&key.as_str())
+        {
+            return Err(Error::ReservedKey {
+                pointer: pointer(&[&key]),
+                reason: "known, forbidden and alias keys cannot be set as extension keys",
+            });
+        }
+        match self.extras.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.extras.push((key, value)),
+        }
+        Ok(())
+    }
+
+    /// The canonical bytes: compact, fixed key order (`job, trace_id, data, meta{id, queue, lang,
+    /// schema_version, created_at, extras…}, attempts, dead_letter, extras…`), `/` and non-ASCII
+    /// unescaped. `urn` is never written.
+    ///
+    /// # Errors
+    /// [`Error::BlankUrn`] when the envelope has no identity; [`Error::ReservedKey`] when it
+    /// carries a forbidden key.
+    pub fn encode(&self) -> Result<String> {
+        if is_blank(&self.job) {
+            return Err(Error::BlankUrn(self.job.clone()));
+        }
+        self.check_forbidden()?;
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"job\":");
+        push_str_literal(&mut out, &self.job);
+        let mut obj = ObjectWriter {
+            out: &mut out,
+            first: false,
+        };
+        obj.string("trace_id", &self.trace_id);
+        obj.raw("data", &self.data);
+        match &self.meta {
+            Slot::Absent => {}
+            Slot::Null => obj.key_null("meta"),
+            Slot::Set(meta) => {
+                obj.key("meta");
+                let mut inner = ObjectWriter {
+                    out: obj.out,
+                    first: true,
+                };
+                inner.out.push('{');
+                inner.string("id", &meta.id);
+                inner.string("queue", &meta.queue);
+                inner.string("lang", &meta.lang);
+                inner.integer("schema_version", &meta.schema_version);
+                inner.integer("created_at", &meta.created_at);
+                for (key, value) in &meta.extras {
+                    inner.key(key);
+                    inner.out.push_str(value.as_str());
+                }
+                inner.out.push('}');
+            }
+        }
+        obj.integer("attempts", &self.attempts);
+        obj.raw("dead_letter", &self.dead_letter);
+        for (key, value) in &self.extras {
+            obj.key(key);
+            obj.out.push_str(value.as_str());
+        }
+        out.push('}');
+        Ok(out)
+    }
+
+    fn check_forbidden(&self) -> Result<()> {
+        let refused = |pointer: String| Error::ReservedKey {
+            pointer,
+            reason: "forbidden keys (message-envelope §10) and the inbound-only urn alias are never written",
+        };
+        if let Some((key, _)) = self
+            .extras
+            .iter()
+            .find(|(key, _)| key == "urn" || FORBIDDEN_TOP.contains(&key.as_str()))
+        {
+            return Err(refused(pointer(&[key])));
+        }
+        if let Some(meta) = self.meta.get()
+            && let Some((key, _)) = meta.extras.iter().find(|(key, _)| {
+                FORBIDDEN_META.contains(&key.as_str()) || CORE_META_KEYS.contains(&key.as_str())
+            })
+        {
+            return Err(refused(pointer(&["meta", key])));
+        }
+        Ok(())
+    }
+}
+
+struct ObjectWriter<'a> {
+    out: &'a mut String,
+    first: bool,
+}
+
+impl ObjectWriter<'_> {
+    fn key(&mut self, key: &str) {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        push_str_literal(self.out, key);
+        self.out.push(':');
+    }
+
+    fn key_null(&mut self, key: &str) {
+        self.key(key);
+        self.out.push_str("null");
+    }
+
+    fn string(&mut self, key: &str, slot: &Slot<String>) {
+        match slot {
+            Slot::Absent => {}
+            Slot::Null => self.key_null(key),
+            Slot::Set(text) => {
+                self.key(key);
+                push_str_literal(self.out, text);
+            }
+        }
+    }
+
+    fn integer(&mut self, key: &str, slot: &Slot<i64>) {
+        match slot {
+            Slot::Absent => {}
+            Slot::Null => self.key_null(key),
+            Slot::Set(n) => {
+                self.key(key);
+                // Writing to a String cannot fail.
+                let _ = write!(self.out, "{n}");
+            }
+        }
+    }
+
+    fn raw(&mut self, key: &str, slot: &Slot<RawJson>) {
+        match slot {
+            Slot::Absent => {}
+            Slot::Null => self.key_null(key),
+            Slot::Set(raw) => {
+                self.key(key);
+                self.out.push_str(raw.as_str());
+            }
+        }
+    }
+}
+
+/// The RFC 6901 pointer of a path of keys (`~` as `~0`, `/` as `~1`).
+///
+/// ```
+/// assert_eq!(babelqueue::envelope::pointer(&["meta", "a/b~c"]), "/meta/a~1b~0c");
+/// ```
+pub fn pointer(path: &[&str]) -> String {
+    let mut out = String::new();
+    for segment in path {
+        out.push('/');
+        out.push_str(&segment.replace('~', "~0").replace('/', "~1"));
+    }
+    out
+}

@@ -1,0 +1,99 @@
+//! The one error type of the crate.
+
+use std::path::PathBuf;
+
+/// Why a body could not be decoded into an envelope: a *poison* body, never handed to a handler
+/// and never treated as an unknown URN (it goes to the dead-letter queue as a poison record).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoisonCause {
+    /// The bytes are not valid UTF-8.
+    #[error("the body is not valid UTF-8")]
+    NotUtf8,
+    /// The text is not one strict RFC 8259 JSON value.
+    #[error("the body is not strict JSON: {0}")]
+    InvalidJson(String),
+    /// The JSON root is not an object.
+    #[error("the JSON root is not an object")]
+    NotAnObject,
+    /// A known member has the wrong type (e.g. a numeric `trace_id`, a fractional `attempts`).
+    #[error("member {pointer} {problem}")]
+    Member {
+        /// RFC 6901 pointer of the member.
+        pointer: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Neither a non-blank string `job` nor a non-blank string `urn`.
+    #[error("the body carries no valid 'job' or 'urn' identity")]
+    NoIdentity,
+}
+
+/// Everything that can go wrong in the `babelqueue` crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `make` was given a URN that is empty or only ASCII whitespace.
+    #[error(
+        "a BabelQueue message needs a stable, non-empty URN (e.g. urn:babel:orders:created); got {0:?}"
+    )]
+    BlankUrn(String),
+    /// The payload is not a JSON object.
+    #[error("data must be a JSON object (an empty payload is {{}}), not {found}")]
+    DataNotObject {
+        /// The JSON type that was supplied.
+        found: &'static str,
+    },
+    /// A number that is not finite (NaN, ±infinity) cannot be written as JSON.
+    #[error("{pointer} holds a non-finite number, which JSON cannot carry")]
+    NonFiniteNumber {
+        /// RFC 6901 pointer of the value that holds it.
+        pointer: String,
+    },
+    /// A key the codec refuses to write: a core meta key supplied as an extra, a forbidden key,
+    /// the `urn` alias, or the same extension key twice.
+    #[error("refusing to write the envelope key {pointer}: {reason}")]
+    ReservedKey {
+        /// RFC 6901 pointer of the key.
+        pointer: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// Producer `meta` extras given as JSON text are not one JSON object.
+    #[error("the producer meta must be one JSON object of extension keys: {0}")]
+    InvalidMeta(String),
+    /// A body is poison: it does not decode into an envelope.
+    #[error("undecodable BabelQueue body: {0}")]
+    Poison(#[from] PoisonCause),
+    /// A value could not be serialised as JSON.
+    #[error("could not serialise as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// `data` does not match the JSON Schema registered for its URN.
+    #[error("data for {urn:?} does not match its URN schema: {violation}")]
+    InvalidPayload {
+        /// The message URN.
+        urn: String,
+        /// The first violation, with its pointer.
+        violation: crate::schema::Violation,
+    },
+    /// A schema registry could not be read.
+    #[error("schema registry {path}: {message}")]
+    Registry {
+        /// The registry file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// An idempotency store failed; the message should be retried.
+    #[error("idempotency store: {0}")]
+    Store(String),
+    /// A conformance manifest or fixture could not be read or is malformed.
+    #[error("conformance suite {path}: {message}")]
+    Suite {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// `Result` with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,393 @@
+//! Optional per-URN validation of `data` against a JSON Schema: the dependency-free draft-07
+//! subset every BabelQueue SDK implements (`type`, `required`, `properties`,
+//! `additionalProperties` (boolean), `items`, `enum`, `const`, `minLength` in Unicode code points,
+//! `minimum`). Unknown keywords are ignored, so every SDK reaches the same verdict.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::envelope::pointer;
+use crate::error::{Error, Result};
+
+/// The first place where a value breaks its schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// RFC 6901 pointer into `data` (`""` is the root).
+    pub pointer: String,
+    /// The reason code shared with the other SDKs (`missing_required`, `below_min_length`, …).
+    pub reason: &'static str,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = if self.pointer.is_empty() {
+            "<root>"
+        } else {
+            &self.pointer
+        };
+        write!(f, "{at}: {}", self.reason)
+    }
+}
+
+/// The first violation of `value` against `schema`, or `None` when it is valid.
+///
+/// ```
+/// use serde_json::json;
+///
+/// let schema = json!({"type": "object", "properties": {"name": {"type": "string", "minLength": 3}}});
+/// assert!(babelqueue::schema::validate_value(&schema, &json!({"name": "ğüş"})).is_none());
+/// let violation = babelqueue::schema::validate_value(&schema, &json!({"name": "😀a"})).unwrap();
+/// assert_eq!(violation.to_string(), "/name: below_min_length");
+/// ```
+pub fn validate_value(schema: &Value, value: &Value) -> Option<Violation> {
+    let mut path = Vec::new();
+    check(schema, value, &mut path)
+}
+
+fn violation(path: &[String], reason: &'static str) -> Option<Violation> {
+    let segments: Vec<&str> = path.iter().map(String::as_str).collect();
+    Some(Violation {
+        pointer: pointer(&segments),
+        reason,
+    })
+}
+
+fn strict_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let integral = |n: &serde_json::Number| n.is_i64() || n.is_u64();
+            integral(x) == integral(y) && a == b
+        }
+        _ => a == b,
+    }
+}
+
+fn check(schema: &Value, value: &Value, path: &mut Vec<String>) -> Option<Violation> {
+    let Value::Object(schema) = schema else {
+        return None;
+    };
+    if let Some(expected) = schema.get("const")
+        && !strict_equal(value, expected)
+    {
+        return violation(path, "wrong_const");
+    }
+    if let Some(Value::Array(options)) = schema.get("enum")
+        && !options.iter().any(|option| strict_equal(value, option))
+    {
+        return violation(path, "not_in_enum");
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object") => check_object(schema, value, path),
+        Some("array") => {
+            let Value::Array(items) = value else {
+                return violation(path, "not_an_array");
+            };
+            let item_schema = schema.get("items").filter(|s| s.is_object())?;
+            for (i, item) in items.iter().enumerate() {
+                path.push(i.to_string());
+                let found = check(item_schema, item, path);
+                path.pop();
+                if found.is_some() {
+                    return found;
+                }
+            }
+            None
+        }
+        Some("string") => {
+            let Value::String(text) = value else {
+                return violation(path, "not_a_string");
+            };
+            let min = schema.get("minLength").and_then(Value::as_f64);
+            if min.is_some_and(|min| (text.chars().count() as f64) < min.trunc()) {
+                return violation(path, "below_min_length");
+            }
+            None
+        }
+        Some("integer") => match value {
+            Value::Number(n)
+                if n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) =>
+            {
+                check_minimum(schema, n, path)
+            }
+            _ => violation(path, "not_an_integer"),
+        },
+        Some("number") => match value {
+            Value::Number(n) => check_minimum(schema, n, path),
+            _ => violation(path, "not_a_number"),
+        },
+        Some("boolean") if !value.is_boolean() => violation(path, "not_a_boolean"),
+        Some("null") if !value.is_null() => violation(path, "not_null"),
+        _ => None,
+    }
+}
+
+fn check_minimum(
+    schema: &serde_json::Map<String, Value>,
+    n: &serde_json::Number,
+    path: &[String],
+) -> Option<Violation> {
+    let minimum = schema.get("minimum").and_then(Value::as_f64)?;
+    if n.as_f64().is_some_and(|v| v < minimum) {
+        return violation(path, "below_minimum");
+    }
+    None
+}
+
+fn check_object(
+    schema: &serde_json::Map<String, Value>,
+    value: &Value,
+    path: &mut Vec<String>,
+) -> Option<Violation> {
+    let Value::Object(map) = value else {
+        return violation(path, "not_an_object");
+    };
+    if let Some(Value::Array(required)) = schema.get("required") {
+        for key in required.iter().filter_map(Value::as_str) {
+            if !map.contains_key(key) {
+                path.push(key.to_owned());
+                return violation(path, "missing_required");
+            }
+        }
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let additional_allowed = schema.get("additionalProperties") != Some(&Value::Bool(false));
+    for (key, item) in map {
+        path.push(key.clone());
+        let found = match properties
+            .and_then(|p| p.get(key))
+            .filter(|s| s.is_object())
+        {
+            Some(property) => check(property, item, path),
+            None if !additional_allowed => violation(path, "additional_not_allowed"),
+            None => None,
+        };
+        path.pop();
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// A source of per-URN `data` schemas.
+pub trait SchemaProvider {
+    /// The schema registered for `urn`, or `None` (then the message is not validated).
+    ///
+    /// # Errors
+    /// [`Error::Registry`] when a registered schema cannot be read.
+    fn schema_for(&self, urn: &str) -> Result<Option<Arc<Value>>>;
+}
+
+/// Schemas held in memory, keyed by URN.
+#[derive(Debug, Clone, Default)]
+pub struct MapProvider {
+    schemas: HashMap<String, Arc<Value>>,
+}
+
+impl MapProvider {
+    /// An empty provider.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `schema` for `urn`.
+    pub fn with(mut self, urn: impl Into<String>, schema: Value) -> Self {
+        self.schemas.insert(urn.into(), Arc::new(schema));
+        self
+    }
+}
+
+impl SchemaProvider for MapProvider {
+    fn schema_for(&self, urn: &str) -> Result<Option<Arc<Value>>> {
+        Ok(self.schemas.get(urn).cloned())
+    }
+}
+
+/// Schemas from a babelqueue-registry directory: `registry.json` (`{"schemas": [{"urn",
+/// "schema"}]}`) maps each URN to a schema file, relative to the directory. Schema files are read
+/// on first use and cached; a URN missing from the registry is not validated.
+#[derive(Debug)]
+pub struct RegistryProvider {
+    dir: PathBuf,
+    files: HashMap<String, String>,
+    cache: Mutex<HashMap<String, Arc<Value>>>,
+}
+
+impl RegistryProvider {
+    /// Reads `<dir>/registry.json`.
+    ///
+    /// # Errors
+    /// [`Error::Registry`] when the file cannot be read or is not a registry.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        let path = dir.join("registry.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Registry {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        Self::from_manifest(dir, &text).map_err(|message| Error::Registry { path, message })
+    }
+
+    fn from_manifest(dir: PathBuf, text: &str) -> std::result::Result<Self, String> {
+        let manifest: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let Value::Object(manifest) = manifest else {
+            return Err("the registry manifest is not a JSON object".to_owned());
+        };
+        let files = manifest
+            .get("schemas")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| {
+                let urn = entry.get("urn")?.as_str().filter(|s| !s.is_empty())?;
+                let file = entry.get("schema")?.as_str().filter(|s| !s.is_empty())?;
+                Some((urn.to_owned(), file.to_owned()))
+            })
+            .collect();
+        Ok(Self {
+            dir,
+            files,
+            cache: Mutex::default(),
+        })
+    }
+}
+
+impl SchemaProvider for RegistryProvider {
+    fn schema_for(&self, urn: &str) -> Result<Option<Arc<Value>>> {
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(schema) = cache.get(urn) {
+            return Ok(Some(schema.clone()));
+        }
+        let Some(file) = self.files.get(urn) else {
+            return Ok(None);
+        };
+        let path = self.dir.join(file);
+        let fail = |message: String| Error::Registry {
+            path: path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
+        let schema: Value = serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
+        if !schema.is_object() {
+            return Err(fail(format!("the schema for {urn} is not a JSON object")));
+        }
+        let schema = Arc::new(schema);
+        cache.insert(urn.to_owned(), schema.clone());
+        Ok(Some(schema))
+    }
+}
+
+/// Validates `data` for `urn` when a schema is registered (producer side: call before publishing;
+/// consumer side: before the handler, so invalid data is retried and eventually dead-lettered).
+///
+/// # Errors
+/// [`Error::InvalidPayload`] with the first violation; the provider's error.
+///
+/// ```
+/// use babelqueue::schema::{MapProvider, validate};
+/// use serde_json::json;
+///
+/// let provider = MapProvider::new().with("urn:babel:orders:created", json!({"required": ["order_id"], "type": "object"}));
+/// assert!(validate(&provider, "urn:babel:orders:created", &json!({"order_id": 1})).is_ok());
+/// assert!(validate(&provider, "urn:babel:orders:created", &json!({})).is_err());
+/// assert!(validate(&provider, "urn:babel:other:thing", &json!({})).is_ok());
+/// ```
+pub fn validate(provider: &dyn SchemaProvider, urn: &str, data: &Value) -> Result<()> {
+    match provider.schema_for(urn)? {
+        Some(schema) => match validate_value(&schema, data) {
+            Some(violation) => Err(Error::InvalidPayload {
+                urn: urn.to_owned(),
+                violation,
+            }),
+            None => Ok(()),
+        },
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn integer_accepts_integral_floats_and_equality_is_type_strict() {
+        let schema = json!({"type": "integer", "minimum": 1});
+        assert!(validate_value(&schema, &json!(1.0)).is_none());
+        assert_eq!(
+            validate_value(&schema, &json!(1.5)).unwrap().reason,
+            "not_an_integer"
+        );
+        assert_eq!(
+            validate_value(&schema, &json!(true)).unwrap().reason,
+            "not_an_integer"
+        );
+        assert_eq!(
+            validate_value(&schema, &json!(0)).unwrap().reason,
+            "below_minimum"
+        );
+        assert_eq!(
+            validate_value(&json!({"const": 1}), &json!(1.0))
+                .unwrap()
+                .reason,
+            "wrong_const"
+        );
+        assert_eq!(
+            validate_value(&json!({"enum": [true]}), &json!(1))
+                .unwrap()
+                .reason,
+            "not_in_enum"
+        );
+    }
+
+    #[test]
+    fn nested_pointers_name_the_failing_value() {
+        let schema = json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "required": ["sku"]}}}});
+        let found = validate_value(&schema, &json!({"items": [{"sku": 1}, {}]})).unwrap();
+        assert_eq!(found.pointer, "/items/1/sku");
+        assert_eq!(found.reason, "missing_required");
+        assert!(
+            validate_value(&json!({"maxLength": 1, "type": "string"}), &json!("long")).is_none()
+        );
+    }
+
+    #[test]
+    fn registry_directory_is_read_lazily() {
+        let dir =
+            std::env::temp_dir().join(format!("bq-registry-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(dir.join("schemas")).unwrap();
+        std::fs::write(
+            dir.join("registry.json"),
+            r#"{"schemas":[{"urn":"urn:babel:a:b","schema":"schemas/a.json","owner":"team"},{"urn":"urn:babel:a:gone","schema":"schemas/missing.json"}]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("schemas/a.json"),
+            r#"{"type":"object","required":["id"]}"#,
+        )
+        .unwrap();
+        let provider = RegistryProvider::open(&dir).unwrap();
+        assert!(validate(&provider, "urn:babel:a:b", &json!({"id": 1})).is_ok());
+        assert!(matches!(
+            validate(&provider, "urn:babel:a:b", &json!({})),
+            Err(Error::InvalidPayload { .. })
+        ));
+        assert!(validate(&provider, "urn:babel:x:y", &json!({})).is_ok());
+        assert!(matches!(
+            provider.schema_for("urn:babel:a:gone"),
+            Err(Error::Registry { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(
+            RegistryProvider::open(&dir),
+            Err(Error::Registry { .. })
+        ));
+    }
+}
