@@ -11,13 +11,20 @@ pub(crate) enum Strictness {
     UnpairedSurrogate,
     /// A number that does not fit a finite IEEE-754 double (`1e400`).
     NonFiniteNumber,
+    /// Arrays and objects nested deeper than [`MAX_DEPTH`].
+    TooDeep,
 }
+
+/// The deepest nesting a value may have: the limit `serde_json` itself applies, so every value
+/// this crate accepts can be deserialised by a handler.
+pub(crate) const MAX_DEPTH: usize = 128;
 
 impl Strictness {
     pub(crate) fn describe(self) -> &'static str {
         match self {
             Strictness::UnpairedSurrogate => "holds an unpaired UTF-16 surrogate escape",
             Strictness::NonFiniteNumber => "holds a number that is not a finite double",
+            Strictness::TooDeep => "nests arrays and objects more than 128 levels deep",
         }
     }
 }
@@ -25,14 +32,26 @@ impl Strictness {
 /// `raw` (syntactically valid JSON) with the insignificant whitespace removed, every other byte
 /// kept: numbers, escapes and key order stay exactly as the producer wrote them. Borrows when
 /// there is nothing to remove. With `finite_numbers`, a number that does not fit a finite double
-/// is refused.
+/// is refused; so is nesting deeper than [`MAX_DEPTH`].
 pub(crate) fn compact(raw: &str, finite_numbers: bool) -> Result<Cow<'_, str>, Strictness> {
     let bytes = raw.as_bytes();
     let mut out: Option<String> = None;
     let mut copied = 0;
     let mut i = 0;
+    let mut depth = 0_usize;
     while i < bytes.len() {
         match bytes[i] {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(Strictness::TooDeep);
+                }
+                i += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
             b' ' | b'\t' | b'\n' | b'\r' => {
                 let buf = out.get_or_insert_with(|| String::with_capacity(raw.len()));
                 buf.push_str(&raw[copied..i]);
@@ -160,6 +179,14 @@ mod tests {
         assert_eq!(compact("[-1e400]", true), Err(Strictness::NonFiniteNumber));
         assert!(compact("[1e400]", false).is_ok());
         assert!(compact("[1e308, -0.0, 9007199254740993]", true).is_ok());
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(compact(&ok, false).is_ok());
+        let deep = format!("[{ok}]");
+        assert_eq!(compact(&deep, false), Err(Strictness::TooDeep));
     }
 
     #[test]

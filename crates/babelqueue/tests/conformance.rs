@@ -1,0 +1,169 @@
+//! The conformance suites: the vendored canonical suite (with its Redis section against the real
+//! server), the newer upstream sections, the runner's refusal to skip what it does not know, and
+//! the vendored copy's drift from `shared/`.
+
+use std::path::{Path, PathBuf};
+
+use babelqueue::conformance::{self, CaseResult, Options, Summary};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn run(dir: &Path, options: &Options) -> (Summary, Vec<CaseResult>) {
+    let mut cases = Vec::new();
+    let summary = conformance::run(dir, options, &mut |case| cases.push(case.clone())).unwrap();
+    (summary, cases)
+}
+
+fn failures(cases: &[CaseResult]) -> Vec<String> {
+    cases
+        .iter()
+        .filter_map(|c| {
+            c.outcome
+                .as_ref()
+                .err()
+                .map(|why| format!("{}: {why}", c.name))
+        })
+        .collect()
+}
+
+#[test]
+fn vendored_canonical_suite_passes_every_case() {
+    let options = Options {
+        redis_url: Some(polyq_testkit::redis_url()),
+    };
+    let (summary, cases) = run(&repo().join("fixtures/babelqueue/conformance"), &options);
+    assert_eq!(failures(&cases), Vec::<String>::new());
+    assert_eq!(summary.failed, 0);
+    // 6 cases, 7 idempotency, 13 SQS, 7 ASB, 7 Pulsar, 6 Kafka, 7 Artemis, 1 Redis, 1 RabbitMQ, 7 schema.
+    assert_eq!(summary.passed, 56);
+    assert!(cases.iter().any(|c| c.name == "redis/payload_identity"));
+}
+
+#[test]
+fn newer_upstream_sections_pass() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suites/newer");
+    let (summary, cases) = run(&dir, &Options::default());
+    assert_eq!(failures(&cases), Vec::<String>::new());
+    for section in [
+        "roundtrip/",
+        "data_shape/",
+        "forbidden_keys/",
+        "payload_schema_unicode/",
+        "asb/schema_version_gate/",
+        "artemis/schema_version_gate/",
+    ] {
+        assert!(
+            cases.iter().any(|c| c.name.starts_with(section)),
+            "{section}"
+        );
+    }
+    // 4 string-gated brokers × 18 + ASB 24, roundtrip 4, data_shape 2, forbidden_keys 5, unicode 6.
+    assert_eq!(summary.passed, 4 * 18 + 24 + 4 + 2 + 5 + 6);
+}
+
+fn scratch_suite(manifest: &serde_json::Value) -> PathBuf {
+    let dir = std::env::temp_dir().join(polyq_testkit::unique_name("bq-suite"));
+    std::fs::create_dir_all(dir.join("fixtures")).unwrap();
+    std::fs::copy(
+        repo().join("fixtures/babelqueue/conformance/fixtures/order-created.json"),
+        dir.join("fixtures/order-created.json"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn unknown_sections_and_wrong_expectations_fail() {
+    let dir = scratch_suite(&serde_json::json!({
+        "schema_version": 1,
+        "message_ordering": {"cases": []},
+        "kafka": {"exactly_once": {}},
+        "cases": [{"name": "wrong-lang", "file": "fixtures/order-created.json", "valid": true,
+                   "expect": {"urn": "urn:babel:orders:created", "lang": "go"}}],
+        "pulsar": {"attempts_reconciliation": {"cases": [
+            {"name": "off-by-one", "body_attempts": 0, "redelivery_count": 2, "expected_attempts": 1}]}},
+        "redis": {"payload_identity": {"envelope_file": "fixtures/order-created.json"}}
+    }));
+    let (summary, cases) = run(&dir, &Options::default());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let failed = failures(&cases);
+    assert_eq!(
+        summary,
+        Summary {
+            passed: 0,
+            failed: 5
+        },
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("message_ordering: unknown section"))
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("kafka/exactly_once: unknown sub-section"))
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("cases/wrong-lang: lang"))
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|f| f.starts_with("redis/payload_identity: no Redis URL"))
+    );
+}
+
+#[test]
+fn a_missing_manifest_is_an_error_naming_the_file() {
+    let missing = std::env::temp_dir().join(polyq_testkit::unique_name("bq-none"));
+    let error = conformance::run(&missing, &Options::default(), &mut |_| {}).unwrap_err();
+    assert!(error.to_string().contains("manifest.json"), "{error}");
+}
+
+fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn vendored_suite_has_not_drifted_from_shared() {
+    let vendored = repo().join("fixtures/babelqueue");
+    let shared = repo().join("../shared/fixtures/babelqueue");
+    if !shared.is_dir() {
+        // The shared directory sits beside the repository only on development machines and CI.
+        eprintln!("{} is absent: nothing to compare against", shared.display());
+        return;
+    }
+    assert_eq!(
+        files_under(&vendored),
+        files_under(&shared),
+        "file lists differ"
+    );
+    for file in files_under(&shared) {
+        assert_eq!(
+            std::fs::read(vendored.join(&file)).unwrap(),
+            std::fs::read(shared.join(&file)).unwrap(),
+            "{} differs from shared/fixtures: re-vendor it",
+            file.display()
+        );
+    }
+}
