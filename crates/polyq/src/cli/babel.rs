@@ -123,6 +123,7 @@ fn message_body(input: &[u8]) -> Vec<u8> {
         value.get("body").is_some()
             && value.get("job").is_none()
             && value.get("urn").is_none()
+            && value.get(projection::FRAME_KEY).is_none()
             && ["exchange", "routing_key", "properties", "headers"]
                 .iter()
                 .any(|k| value.get(k).is_some())
