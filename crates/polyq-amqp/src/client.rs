@@ -245,7 +245,14 @@ impl Client {
 /// The broker's answer to one publish, still to come.
 #[must_use = "a publish is only safe once its confirm says Acked"]
 pub struct Confirm {
-    future: Pin<Box<dyn Future<Output = Result<PublishOutcome>> + Send>>,
+    state: ConfirmState,
+}
+
+enum ConfirmState {
+    Pending(Pin<Box<dyn Future<Output = Result<PublishOutcome>> + Send>>),
+    /// Acked on publish (the embedded broker): no future to allocate per message. `false`
+    /// once the outcome has been taken.
+    Acked(bool),
 }
 
 impl Confirm {
@@ -254,7 +261,17 @@ impl Confirm {
         future: impl Future<Output = Result<PublishOutcome>> + Send + 'static,
     ) -> Self {
         Self {
-            future: Box::pin(future),
+            state: ConfirmState::Pending(Box::pin(future)),
+        }
+    }
+
+    /// A confirm the broker already gave.
+    pub(crate) fn settled(outcome: PublishOutcome) -> Self {
+        match outcome {
+            PublishOutcome::Acked => Self {
+                state: ConfirmState::Acked(true),
+            },
+            other => Self::new(std::future::ready(Ok(other))),
         }
     }
 }
@@ -269,7 +286,15 @@ impl Future for Confirm {
     type Output = Result<PublishOutcome>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.future.as_mut().poll(cx)
+        match &mut self.state {
+            ConfirmState::Pending(future) => future.as_mut().poll(cx),
+            // Polling again after completion is a caller bug; `Closed` is the honest answer.
+            ConfirmState::Acked(pending) => Poll::Ready(if std::mem::take(pending) {
+                Ok(PublishOutcome::Acked)
+            } else {
+                Err(Error::Closed)
+            }),
+        }
     }
 }
 

@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use rand::RngCore as _;
-use tokio::time::Instant;
 
 use super::args::{QueueArgs, exchange_mismatch, queue_mismatch};
 use super::dead_letter::{Death, Reason, is_cycle, record_death};
@@ -66,17 +65,15 @@ struct Bound {
 
 impl Topology {
     /// The queues a message goes to; `None` when the exchange does not exist.
-    fn route(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        headers: &FieldTable,
-    ) -> Option<Vec<Arc<Queue>>> {
+    fn route(&self, exchange: &str, routing_key: &str, headers: &FieldTable) -> Option<Targets> {
+        let mut targets = Targets::default();
         if exchange.is_empty() {
-            return Some(self.queues.get(routing_key).into_iter().cloned().collect());
+            if let Some(queue) = self.queues.get(routing_key) {
+                targets.push(Arc::clone(queue));
+            }
+            return Some(targets);
         }
         let exchange = self.exchanges.get(exchange)?;
-        let mut targets: Vec<Arc<Queue>> = Vec::new();
         for bound in &exchange.bindings {
             let matched = match exchange.spec.kind {
                 ExchangeKind::Direct => bound.routing_key == routing_key,
@@ -85,11 +82,55 @@ impl Topology {
                 ExchangeKind::Headers => headers_match(&bound.arguments, headers),
             };
             // A queue bound several ways still gets one copy.
-            if matched && !targets.iter().any(|queue| queue.id == bound.queue.id) {
+            if matched && !targets.contains(&bound.queue) {
                 targets.push(Arc::clone(&bound.queue));
             }
         }
         Some(targets)
+    }
+}
+
+/// The queues one message is routed to. Most messages go to exactly one queue, which needs no
+/// allocation.
+#[derive(Default)]
+enum Targets {
+    #[default]
+    None,
+    One(Arc<Queue>),
+    Many(Vec<Arc<Queue>>),
+}
+
+impl Targets {
+    fn push(&mut self, queue: Arc<Queue>) {
+        *self = match std::mem::take(self) {
+            Targets::None => Targets::One(queue),
+            Targets::One(first) => Targets::Many(vec![first, queue]),
+            Targets::Many(mut queues) => {
+                queues.push(queue);
+                Targets::Many(queues)
+            }
+        };
+    }
+
+    fn contains(&self, queue: &Arc<Queue>) -> bool {
+        match self {
+            Targets::None => false,
+            Targets::One(first) => Arc::ptr_eq(first, queue),
+            Targets::Many(queues) => queues.iter().any(|q| Arc::ptr_eq(q, queue)),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Targets::None)
+    }
+
+    fn into_iter(self) -> impl Iterator<Item = Arc<Queue>> {
+        let (many, one) = match self {
+            Targets::None => (Vec::new(), None),
+            Targets::One(queue) => (Vec::new(), Some(queue)),
+            Targets::Many(queues) => (queues, None),
+        };
+        many.into_iter().chain(one)
     }
 }
 
@@ -353,9 +394,8 @@ impl Broker {
             });
         }
         let message = Arc::new(Message::from(message));
-        let now = Instant::now();
-        for queue in targets {
-            self.enqueue(&queue, Arc::clone(&message), now, message_ttl);
+        for queue in targets.into_iter() {
+            self.enqueue(&queue, Arc::clone(&message), message_ttl);
         }
         Ok(PublishOutcome::Acked)
     }
@@ -364,13 +404,12 @@ impl Broker {
         self: &Arc<Self>,
         queue: &Arc<Queue>,
         message: Arc<Message>,
-        now: Instant,
         message_ttl: Option<Duration>,
     ) {
         if queue.needs_expiry(message_ttl) {
             queue.ensure_expiry(self);
         }
-        let effects = queue.push(message, now, message_ttl);
+        let effects = queue.push(message, message_ttl);
         self.apply(queue, effects);
     }
 
@@ -404,7 +443,6 @@ impl Broker {
         let Some(exchange) = &queue.args.dead_letter_exchange else {
             return;
         };
-        let now = Instant::now();
         let time = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_secs());
@@ -436,9 +474,9 @@ impl Broker {
                 properties,
                 body: message.body.clone(),
             });
-            for target in targets {
+            for target in targets.into_iter() {
                 if !is_cycle(&copy.properties.headers, target.name()) {
-                    self.enqueue(&target, Arc::clone(&copy), now, None);
+                    self.enqueue(&target, Arc::clone(&copy), None);
                 }
             }
         }

@@ -4,8 +4,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use tokio::time::Instant;
-
 use super::broker::Broker;
 use super::queue::Queue;
 
@@ -62,9 +60,8 @@ impl Connection {
             return;
         }
         let state = std::mem::take(&mut *self.state.lock().unwrap_or_else(PoisonError::into_inner));
-        let now = Instant::now();
         for queue in state.used.values().filter_map(Weak::upgrade) {
-            let effects = queue.connection_closed(self.id, now);
+            let effects = queue.connection_closed(self.id);
             self.broker.apply(&queue, effects);
         }
         for queue in state.exclusive.iter().filter_map(Weak::upgrade) {

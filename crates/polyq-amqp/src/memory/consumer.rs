@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use futures_util::Stream;
-use tokio::time::Instant;
 
 use super::connection::Connection;
 use super::queue::{Handout, Inbox, Queue, Settlement};
@@ -83,7 +82,7 @@ impl Acker {
         }
         // An unknown tag means the queue was deleted meanwhile; RabbitMQ accepts the
         // settlement then too.
-        let (_, effects) = self.queue.settle(self.tag, how, Instant::now());
+        let (_, effects) = self.queue.settle(self.tag, how);
         self.connection.broker.apply(&self.queue, effects);
         Ok(())
     }
@@ -121,9 +120,7 @@ impl Consumer {
             return;
         }
         let undelivered = std::mem::take(&mut self.buffer);
-        let effects = self
-            .queue
-            .cancel_consumer(self.id, undelivered, Instant::now());
+        let effects = self.queue.cancel_consumer(self.id, undelivered);
         self.connection.broker.apply(&self.queue, effects);
     }
 }

@@ -15,8 +15,6 @@ mod routing;
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 pub(crate) use consumer::{Acker, Consumer};
 
 use crate::Confirm;
@@ -110,14 +108,14 @@ impl MemoryClient {
 
     pub(crate) async fn publish(&self, message: OutgoingMessage) -> Result<Confirm> {
         let outcome = self.open()?.broker.publish(message)?;
-        Ok(Confirm::new(std::future::ready(Ok(outcome))))
+        Ok(Confirm::settled(outcome))
     }
 
     pub(crate) async fn get(&self, queue: &str) -> Result<Option<Delivery>> {
         let connection = self.open()?;
         let queue = connection.broker.queue(connection.id, queue, "get from")?;
         connection.uses(&queue);
-        let (handout, effects) = queue.get(connection.id, Instant::now());
+        let (handout, effects) = queue.get(connection.id);
         connection.broker.apply(&queue, effects);
         Ok(handout.map(|handout| consumer::delivery(&self.connection, &queue, handout)))
     }
@@ -133,13 +131,7 @@ impl MemoryClient {
             .queue(connection.id, queue, "consume from")?;
         let id = connection.broker.next_id();
         let effects = queue
-            .add_consumer(
-                id,
-                connection.id,
-                options.prefetch,
-                options.exclusive,
-                Instant::now(),
-            )
+            .add_consumer(id, connection.id, options.prefetch, options.exclusive)
             .map_err(|reason| Error::Precondition {
                 operation: format!("consume from queue `{}`", queue.name()),
                 reason,

@@ -211,12 +211,7 @@ impl Queue {
     }
 
     /// Enqueues a message, handing it straight to a consumer with room when there is one.
-    pub(super) fn push(
-        &self,
-        message: Arc<Message>,
-        now: Instant,
-        message_ttl: Option<Duration>,
-    ) -> Effects {
+    pub(super) fn push(&self, message: Arc<Message>, message_ttl: Option<Duration>) -> Effects {
         let mut fx = Effects::default();
         let mut state = self.lock();
         if state.deleted {
@@ -226,7 +221,7 @@ impl Queue {
             .into_iter()
             .flatten()
             .min()
-            .map(|ttl| now + ttl);
+            .map(|ttl| Instant::now() + ttl);
         let seq = state.next_seq;
         state.next_seq += 1;
         state.ready.push_back(Entry {
@@ -244,16 +239,16 @@ impl Queue {
         }
         // A message that can go to a consumer at once is delivered even with a TTL of zero,
         // as RabbitMQ does.
-        state.dispatch(now, Some(seq), &mut fx);
+        state.dispatch(Some(seq), &mut fx);
         state.watch_head(&mut fx);
         fx
     }
 
     /// `basic.get`: takes the oldest live message, if any.
-    pub(super) fn get(&self, connection: u64, now: Instant) -> (Option<Handout>, Effects) {
+    pub(super) fn get(&self, connection: u64) -> (Option<Handout>, Effects) {
         let mut fx = Effects::default();
         let mut state = self.lock();
-        let handout = state.pop_live(now, None, &mut fx).map(|entry| {
+        let handout = state.pop_live(None, &mut fx).map(|entry| {
             let tag = state.next_tag();
             let handout = Handout {
                 tag,
@@ -281,7 +276,6 @@ impl Queue {
         connection: u64,
         prefetch: u16,
         exclusive: bool,
-        now: Instant,
     ) -> std::result::Result<Effects, String> {
         let mut fx = Effects::default();
         let mut state = self.lock();
@@ -306,7 +300,7 @@ impl Queue {
             inbox: VecDeque::new(),
             waker: None,
         });
-        state.dispatch(now, None, &mut fx);
+        state.dispatch(None, &mut fx);
         state.watch_head(&mut fx);
         Ok(fx)
     }
@@ -336,7 +330,7 @@ impl Queue {
 
     /// Settles one delivery. Returns `false` when the tag is unknown (already settled, or the
     /// queue was deleted or purged of it).
-    pub(super) fn settle(&self, tag: u64, how: Settlement, now: Instant) -> (bool, Effects) {
+    pub(super) fn settle(&self, tag: u64, how: Settlement) -> (bool, Effects) {
         let mut fx = Effects::default();
         let mut state = self.lock();
         let Some(unacked) = state.unacked.remove(&tag) else {
@@ -353,19 +347,14 @@ impl Queue {
             Settlement::Requeue => state.requeue(unacked.entry),
             Settlement::Reject => fx.dead.push((unacked.entry.message, Reason::Rejected)),
         }
-        state.dispatch(now, None, &mut fx);
+        state.dispatch(None, &mut fx);
         state.watch_head(&mut fx);
         (true, fx)
     }
 
     /// Cancels a consumer. Deliveries it had not yet handed to the application (its inbox and
     /// `undelivered`) are requeued; the ones the application holds stay with the connection.
-    pub(super) fn cancel_consumer(
-        &self,
-        consumer: u64,
-        undelivered: VecDeque<Handout>,
-        now: Instant,
-    ) -> Effects {
+    pub(super) fn cancel_consumer(&self, consumer: u64, undelivered: VecDeque<Handout>) -> Effects {
         let mut fx = Effects::default();
         let mut state = self.lock();
         let Some(index) = state.consumers.iter().position(|slot| slot.id == consumer) else {
@@ -381,13 +370,13 @@ impl Queue {
             }
         }
         fx.unused = self.spec.auto_delete && state.consumers.is_empty();
-        state.dispatch(now, None, &mut fx);
+        state.dispatch(None, &mut fx);
         state.watch_head(&mut fx);
         fx
     }
 
     /// A connection closed: its consumers end and every delivery it held is requeued.
-    pub(super) fn connection_closed(&self, connection: u64, now: Instant) -> Effects {
+    pub(super) fn connection_closed(&self, connection: u64) -> Effects {
         let mut fx = Effects::default();
         let mut state = self.lock();
         let before = state.consumers.len();
@@ -415,7 +404,7 @@ impl Queue {
                 state.requeue(unacked.entry);
             }
         }
-        state.dispatch(now, None, &mut fx);
+        state.dispatch(None, &mut fx);
         state.watch_head(&mut fx);
         fx
     }
@@ -474,9 +463,11 @@ impl State {
 
     /// Takes the oldest message that has not expired, collecting expired ones as dead letters.
     /// The message numbered `fresh` is live whatever its TTL: it is being delivered on arrival.
-    fn pop_live(&mut self, now: Instant, fresh: Option<u64>, fx: &mut Effects) -> Option<Entry> {
+    fn pop_live(&mut self, fresh: Option<u64>, fx: &mut Effects) -> Option<Entry> {
         while let Some(entry) = self.ready.pop_front() {
-            let expired = entry.expires_at.is_some_and(|at| at <= now) && Some(entry.seq) != fresh;
+            // The clock is read only for messages that can expire: most never do.
+            let expired =
+                Some(entry.seq) != fresh && entry.expires_at.is_some_and(|at| at <= Instant::now());
             if !expired {
                 return Some(entry);
             }
@@ -486,7 +477,7 @@ impl State {
     }
 
     /// Hands ready messages to consumers with room in their prefetch window, round robin.
-    fn dispatch(&mut self, now: Instant, fresh: Option<u64>, fx: &mut Effects) {
+    fn dispatch(&mut self, fresh: Option<u64>, fx: &mut Effects) {
         while !self.ready.is_empty() {
             let n = self.consumers.len();
             let Some(index) = (0..n)
@@ -495,7 +486,7 @@ impl State {
             else {
                 return;
             };
-            let Some(entry) = self.pop_live(now, fresh, fx) else {
+            let Some(entry) = self.pop_live(fresh, fx) else {
                 return;
             };
             self.next_consumer = (index + 1) % n;
