@@ -56,6 +56,8 @@ on_both_brokers!(
     exclusive_queue_is_refused_to_another_connection,
     server_named_queue,
     closing_a_connection_requeues_its_unsettled_deliveries,
+    full_queue_with_reject_publish_nacks,
+    oversized_short_strings_are_refused,
 );
 
 /// How long an absence is watched for: a delivery that a broker was about to make arrives well
@@ -671,4 +673,45 @@ async fn closing_a_connection_requeues_its_unsettled_deliveries(fx: Arc<Fixture>
     assert_eq!(&again.body[..], b"unsettled");
     assert!(again.redelivered);
     again.ack().await.unwrap();
+}
+
+async fn full_queue_with_reject_publish_nacks(fx: Arc<Fixture>) {
+    let queue = fx.name("full");
+    fx.queue(
+        transient(&queue)
+            .argument("x-max-length", FieldValue::I32(1))
+            .argument("x-overflow", FieldValue::from("reject-publish")),
+    )
+    .await;
+    acked(&fx.client, "", &queue, "fits").await;
+    assert_eq!(
+        publish(&fx.client, message("", &queue, "over")).await,
+        PublishOutcome::Nacked
+    );
+    assert_eq!(
+        fx.client.inspect_queue(&queue).await.unwrap().message_count,
+        1
+    );
+    assert_eq!(&get(&fx.client, &queue).await.body[..], b"fits");
+}
+
+async fn oversized_short_strings_are_refused(fx: Arc<Fixture>) {
+    let long = "n".repeat(256);
+    let declared = fx.client.declare_queue(&transient(&long)).await;
+    assert!(
+        matches!(declared, Err(Error::Invalid { .. })),
+        "{declared:?}"
+    );
+    let mut properties = Properties::default();
+    properties.headers.insert(long.clone(), FieldValue::Void);
+    let outgoing = OutgoingMessage::new("", fx.name("q"), properties, "x");
+    let published = fx.client.publish(outgoing).await.map(drop);
+    assert!(
+        matches!(published, Err(Error::Invalid { .. })),
+        "{published:?}"
+    );
+    // The client stays usable: nothing reached the broker.
+    let queue = fx.name("after");
+    fx.queue(transient(&queue)).await;
+    acked(&fx.client, "", &queue, "still fine").await;
 }

@@ -15,8 +15,22 @@ pub(super) struct QueueArgs {
     pub(super) dead_letter_exchange: Option<String>,
     /// `x-dead-letter-routing-key`: replaces the message's routing key when dead-lettering.
     pub(super) dead_letter_routing_key: Option<String>,
-    /// `x-max-length`: most ready messages; the oldest are dropped (or dead-lettered) beyond it.
+    /// `x-max-length`: most ready messages.
     pub(super) max_length: Option<usize>,
+    /// `x-overflow`: what happens to a message beyond `x-max-length`.
+    pub(super) overflow: Overflow,
+}
+
+/// The `x-overflow` behaviours of a queue at its length limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum Overflow {
+    /// `drop-head`: the oldest message is dropped or dead-lettered to make room.
+    #[default]
+    DropHead,
+    /// `reject-publish`: the new message is refused and its publisher confirm is a nack.
+    RejectPublish,
+    /// `reject-publish-dlx`: as `reject-publish`, and the refused message is dead-lettered.
+    RejectPublishDlx,
 }
 
 impl QueueArgs {
@@ -28,6 +42,17 @@ impl QueueArgs {
             dead_letter_routing_key: text(arguments, "x-dead-letter-routing-key")?,
             max_length: non_negative(arguments, "x-max-length")?
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            overflow: match text(arguments, "x-overflow")?.as_deref() {
+                None | Some("drop-head") => Overflow::DropHead,
+                Some("reject-publish") => Overflow::RejectPublish,
+                Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+                Some(other) => {
+                    return Err(format!(
+                        "invalid arg 'x-overflow': '{other}' is not drop-head, reject-publish \
+                         or reject-publish-dlx"
+                    ));
+                }
+            },
         })
     }
 }
@@ -267,6 +292,24 @@ mod tests {
         assert_eq!(args.dead_letter_exchange.as_deref(), Some("dlx"));
         assert_eq!(args.dead_letter_routing_key.as_deref(), Some("dead"));
         assert_eq!(args.max_length, Some(3));
+        assert_eq!(args.overflow, Overflow::DropHead);
+        for (value, overflow) in [
+            ("drop-head", Overflow::DropHead),
+            ("reject-publish", Overflow::RejectPublish),
+            ("reject-publish-dlx", Overflow::RejectPublishDlx),
+        ] {
+            let spec = QueueSpec::new("q").argument("x-overflow", value.into());
+            assert_eq!(
+                QueueArgs::parse(&spec.arguments).unwrap().overflow,
+                overflow
+            );
+        }
+        let unknown = QueueSpec::new("q").argument("x-overflow", "drop-tail".into());
+        assert!(
+            QueueArgs::parse(&unknown.arguments)
+                .unwrap_err()
+                .contains("'drop-tail'")
+        );
         assert_eq!(
             QueueArgs::parse(&FieldTable::new()).unwrap(),
             QueueArgs::default()

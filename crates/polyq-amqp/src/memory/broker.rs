@@ -394,10 +394,16 @@ impl Broker {
             });
         }
         let message = Arc::new(Message::from(message));
+        let mut refused = false;
         for queue in targets.into_iter() {
-            self.enqueue(&queue, Arc::clone(&message), message_ttl);
+            refused |= !self.enqueue(&queue, Arc::clone(&message), message_ttl);
         }
-        Ok(PublishOutcome::Acked)
+        // As on RabbitMQ, one refusing queue makes the confirm a nack; the others keep their copy.
+        Ok(if refused {
+            PublishOutcome::Nacked
+        } else {
+            PublishOutcome::Acked
+        })
     }
 
     fn enqueue(
@@ -405,12 +411,13 @@ impl Broker {
         queue: &Arc<Queue>,
         message: Arc<Message>,
         message_ttl: Option<Duration>,
-    ) {
+    ) -> bool {
         if queue.needs_expiry(message_ttl) {
             queue.ensure_expiry(self);
         }
-        let effects = queue.push(message, message_ttl);
+        let (accepted, effects) = queue.push(message, message_ttl);
         self.apply(queue, effects);
+        accepted
     }
 
     /// Carries out what a queue operation left to do once the queue's lock is released.
@@ -476,6 +483,7 @@ impl Broker {
             });
             for target in targets.into_iter() {
                 if !is_cycle(&copy.properties.headers, target.name()) {
+                    // A full queue refusing a dead letter drops it, as RabbitMQ does.
                     self.enqueue(&target, Arc::clone(&copy), None);
                 }
             }

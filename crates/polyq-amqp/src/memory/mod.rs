@@ -10,6 +10,7 @@ mod connection;
 mod consumer;
 mod dead_letter;
 mod expiry;
+mod limits;
 mod queue;
 mod routing;
 
@@ -54,14 +55,21 @@ impl MemoryClient {
     }
 
     pub(crate) async fn declare_exchange(&self, spec: &ExchangeSpec) -> Result<()> {
+        let operation = format!("declare exchange `{}`", spec.name);
+        limits::short(&operation, "exchange name", &spec.name)?;
+        limits::table(&operation, &spec.arguments)?;
         self.open()?.broker.declare_exchange(spec)
     }
 
     pub(crate) async fn delete_exchange(&self, name: &str) -> Result<()> {
+        limits::short(&format!("delete exchange `{name}`"), "exchange name", name)?;
         self.open()?.broker.delete_exchange(name)
     }
 
     pub(crate) async fn declare_queue(&self, spec: &QueueSpec) -> Result<QueueInfo> {
+        let operation = format!("declare queue `{}`", spec.name);
+        limits::short(&operation, "queue name", &spec.name)?;
+        limits::table(&operation, &spec.arguments)?;
         let connection = self.open()?;
         let (queue, created) = connection.broker.declare_queue(connection.id, spec)?;
         if created {
@@ -76,6 +84,7 @@ impl MemoryClient {
     }
 
     pub(crate) async fn inspect_queue(&self, name: &str) -> Result<QueueInfo> {
+        limits::short(&format!("inspect queue `{name}`"), "queue name", name)?;
         let connection = self.open()?;
         Ok(connection
             .broker
@@ -84,11 +93,13 @@ impl MemoryClient {
     }
 
     pub(crate) async fn delete_queue(&self, name: &str) -> Result<u32> {
+        limits::short(&format!("delete queue `{name}`"), "queue name", name)?;
         let connection = self.open()?;
         connection.broker.delete_queue(connection.id, name)
     }
 
     pub(crate) async fn purge_queue(&self, name: &str) -> Result<u32> {
+        limits::short(&format!("purge queue `{name}`"), "queue name", name)?;
         let connection = self.open()?;
         Ok(connection
             .broker
@@ -97,21 +108,28 @@ impl MemoryClient {
     }
 
     pub(crate) async fn bind_queue(&self, binding: &Binding) -> Result<()> {
+        check_binding("bind", binding)?;
         let connection = self.open()?;
         connection.broker.bind(connection.id, binding)
     }
 
     pub(crate) async fn unbind_queue(&self, binding: &Binding) -> Result<()> {
+        check_binding("unbind", binding)?;
         let connection = self.open()?;
         connection.broker.unbind(connection.id, binding)
     }
 
     pub(crate) async fn publish(&self, message: OutgoingMessage) -> Result<Confirm> {
+        const OPERATION: &str = "publish";
+        limits::short(OPERATION, "exchange name", &message.exchange)?;
+        limits::short(OPERATION, "routing key", &message.routing_key)?;
+        limits::properties(OPERATION, &message.properties)?;
         let outcome = self.open()?.broker.publish(message)?;
         Ok(Confirm::settled(outcome))
     }
 
     pub(crate) async fn get(&self, queue: &str) -> Result<Option<Delivery>> {
+        limits::short(&format!("get from queue `{queue}`"), "queue name", queue)?;
         let connection = self.open()?;
         let queue = connection.broker.queue(connection.id, queue, "get from")?;
         connection.uses(&queue);
@@ -125,6 +143,11 @@ impl MemoryClient {
         queue: &str,
         options: &ConsumeOptions,
     ) -> Result<crate::Consumer> {
+        let operation = format!("consume from queue `{queue}`");
+        limits::short(&operation, "queue name", queue)?;
+        if let Some(tag) = &options.tag {
+            limits::short(&operation, "consumer tag", tag)?;
+        }
         let connection = self.open()?;
         let queue = connection
             .broker
@@ -146,6 +169,17 @@ impl MemoryClient {
         self.connection.close();
         Ok(())
     }
+}
+
+fn check_binding(verb: &str, binding: &Binding) -> Result<()> {
+    let operation = format!(
+        "{verb} queue `{}` and exchange `{}`",
+        binding.queue, binding.exchange
+    );
+    limits::short(&operation, "queue name", &binding.queue)?;
+    limits::short(&operation, "exchange name", &binding.exchange)?;
+    limits::short(&operation, "binding key", &binding.routing_key)?;
+    limits::table(&operation, &binding.arguments)
 }
 
 /// The broker name of a `memory://` URL: everything after the scheme, without a trailing `/`.

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::args::QueueArgs;
+use super::args::{Overflow, QueueArgs};
 use super::broker::Broker;
 use super::dead_letter::Reason;
 use crate::error::{Error, Result};
@@ -211,11 +211,28 @@ impl Queue {
     }
 
     /// Enqueues a message, handing it straight to a consumer with room when there is one.
-    pub(super) fn push(&self, message: Arc<Message>, message_ttl: Option<Duration>) -> Effects {
+    /// Returns `false` when the queue refused it (full, with `x-overflow` `reject-publish*`).
+    pub(super) fn push(
+        &self,
+        message: Arc<Message>,
+        message_ttl: Option<Duration>,
+    ) -> (bool, Effects) {
         let mut fx = Effects::default();
         let mut state = self.lock();
         if state.deleted {
-            return fx;
+            return (true, fx);
+        }
+        let full = self
+            .args
+            .max_length
+            .is_some_and(|max| state.ready.len() >= max);
+        match self.args.overflow {
+            Overflow::RejectPublish if full => return (false, fx),
+            Overflow::RejectPublishDlx if full => {
+                fx.dead.push((message, Reason::MaxLength));
+                return (false, fx);
+            }
+            _ => {}
         }
         let expires_at = [self.args.message_ttl, message_ttl]
             .into_iter()
@@ -241,7 +258,7 @@ impl Queue {
         // as RabbitMQ does.
         state.dispatch(Some(seq), &mut fx);
         state.watch_head(&mut fx);
-        fx
+        (true, fx)
     }
 
     /// `basic.get`: takes the oldest live message, if any.

@@ -797,3 +797,81 @@ fn expiry_survives_the_runtime_that_started_it() {
         assert_eq!(ready(&client, "dead").await, 1);
     });
 }
+
+#[tokio::test]
+async fn reject_publish_overflow_nacks_and_may_dead_letter() {
+    let client = Client::connect(&url("overflow")).await.unwrap();
+    client.declare_queue(&QueueSpec::new("dead")).await.unwrap();
+    client
+        .declare_queue(&QueueSpec::new("other"))
+        .await
+        .unwrap();
+    client
+        .declare_exchange(&ExchangeSpec::new("both", ExchangeKind::Fanout))
+        .await
+        .unwrap();
+    for (name, overflow) in [("plain", "reject-publish"), ("dlx", "reject-publish-dlx")] {
+        let spec = QueueSpec::new(name)
+            .argument("x-max-length", FieldValue::I32(1))
+            .argument("x-overflow", overflow.into())
+            .argument("x-dead-letter-exchange", "".into())
+            .argument("x-dead-letter-routing-key", "dead".into());
+        client.declare_queue(&spec).await.unwrap();
+        assert_eq!(
+            publish(&client, "", name, "fits").await,
+            PublishOutcome::Acked
+        );
+        assert_eq!(
+            publish(&client, "", name, "over").await,
+            PublishOutcome::Nacked
+        );
+        assert_eq!(ready(&client, name).await, 1);
+    }
+    let dead = take(&client, "dead").await;
+    assert_eq!(&dead.body[..], b"over");
+    assert_eq!(x_death(&dead)[0]["reason"], "maxlen".into());
+    assert!(
+        client.get("dead").await.unwrap().is_none(),
+        "reject-publish drops"
+    );
+
+    client
+        .bind_queue(&Binding::new("plain", "both", ""))
+        .await
+        .unwrap();
+    client
+        .bind_queue(&Binding::new("other", "both", ""))
+        .await
+        .unwrap();
+    assert_eq!(
+        publish(&client, "both", "", "split").await,
+        PublishOutcome::Nacked
+    );
+    assert_eq!(
+        ready(&client, "other").await,
+        1,
+        "the queue with room keeps its copy"
+    );
+}
+
+#[tokio::test]
+async fn oversized_short_strings_are_refused_before_reaching_the_broker() {
+    let client = Client::connect(&url("limits")).await.unwrap();
+    let long = "n".repeat(256);
+    assert!(matches!(
+        client.declare_queue(&QueueSpec::new(long.as_str())).await,
+        Err(Error::Invalid { .. })
+    ));
+    let mut properties = Properties::default();
+    properties.headers.insert(long.clone(), "v".into());
+    let message = OutgoingMessage::new("", "q", properties, "x");
+    assert!(matches!(
+        client.publish(message).await,
+        Err(Error::Invalid { .. })
+    ));
+    let message = OutgoingMessage::new("", long, Properties::default(), "x");
+    assert!(matches!(
+        client.publish(message).await,
+        Err(Error::Invalid { .. })
+    ));
+}
