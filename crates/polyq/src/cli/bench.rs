@@ -1,22 +1,83 @@
-//! `polyq bench` commands.
+//! `polyq bench`: throughput of the polyq layers measured side by side with the raw client in
+//! one run, so the figures are ratios that machine noise affects equally.
+
+mod memory;
+mod phases;
+mod raw;
+mod through_polyq;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Subcommand;
+use bytes::Bytes;
+use clap::{Args, Subcommand};
 
 /// `polyq bench` subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Placeholder until the first command lands.
-    Version,
+    /// Confirmed publish and consume + ack through polyq-amqp against raw lapin (`amqp://`), or
+    /// end to end on the embedded broker (`memory://`).
+    Amqp(AmqpArgs),
+}
+
+/// Arguments of `polyq bench amqp`.
+#[derive(Debug, Args)]
+pub(crate) struct AmqpArgs {
+    /// Broker URL: `amqp://`, `amqps://` or `memory://`.
+    #[arg(long, env = "POLYQ_AMQP_URL")]
+    url: String,
+    /// Messages per phase.
+    #[arg(long, default_value_t = 100_000)]
+    messages: u32,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 366)]
+    size: usize,
+    /// Publishes awaiting their confirm at most.
+    #[arg(long, default_value_t = 500)]
+    window: usize,
+    /// Consumer prefetch.
+    #[arg(long, default_value_t = 1000)]
+    prefetch: u16,
+    /// Rounds; the order of raw and polyq alternates between rounds, and figures are the mean
+    /// over rounds.
+    #[arg(long, default_value_t = 4)]
+    rounds: u32,
 }
 
 /// Runs one `polyq bench` command.
 pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Version => {
-            println!("{}", env!("CARGO_PKG_VERSION"));
+        Command::Amqp(args) => {
+            anyhow::ensure!(args.messages > 0, "--messages must be at least 1");
+            anyhow::ensure!(args.window > 0, "--window must be at least 1");
+            anyhow::ensure!(args.prefetch > 0, "--prefetch must be at least 1");
+            anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1");
+            let settings = phases::Settings {
+                messages: args.messages,
+                body: Bytes::from(vec![b'x'; args.size]),
+                window: args.window,
+                prefetch: args.prefetch,
+            };
+            println!(
+                "polyq bench amqp: {} messages of {} bytes, window {}, prefetch {}, {} rounds, {}",
+                args.messages,
+                args.size,
+                args.window,
+                args.prefetch,
+                args.rounds,
+                polyq_amqp::redact_url(&args.url)
+            );
+            if args.url.to_ascii_lowercase().starts_with("memory://") {
+                memory::run(&args.url, &settings, args.rounds).await?;
+            } else {
+                phases::compare(&args.url, &settings, args.rounds).await?;
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Messages per second.
+fn rate(messages: u32, elapsed: Duration) -> f64 {
+    f64::from(messages) / elapsed.as_secs_f64()
 }

@@ -1,0 +1,140 @@
+//! The baseline: lapin used directly, the way a careful application would.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+
+use super::phases::Settings;
+
+/// One raw lapin connection with a confirm-mode publishing channel.
+pub(super) struct Raw {
+    connection: Connection,
+    publisher: Channel,
+    admin: Channel,
+}
+
+impl Raw {
+    pub(super) async fn connect(url: &str) -> anyhow::Result<Self> {
+        let connection = Connection::connect(
+            url,
+            ConnectionProperties::default().with_connection_name("polyq-bench-raw".into()),
+        )
+        .await?;
+        let publisher = connection.create_channel().await?;
+        publisher
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        let admin = connection.create_channel().await?;
+        Ok(Self {
+            connection,
+            publisher,
+            admin,
+        })
+    }
+
+    pub(super) async fn declare_queue(&self) -> anyhow::Result<String> {
+        let queue = self
+            .admin
+            .queue_declare(
+                "".into(),
+                QueueDeclareOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(queue.name().as_str().to_owned())
+    }
+
+    pub(super) async fn delete_queue(&self, queue: &str) -> anyhow::Result<()> {
+        self.admin
+            .queue_delete(queue.into(), QueueDeleteOptions::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Publishes `messages` mandatory transient messages with `window` confirms outstanding,
+    /// until the last confirm.
+    pub(super) async fn publish(
+        &self,
+        queue: &str,
+        settings: &Settings,
+    ) -> anyhow::Result<Duration> {
+        let options = BasicPublishOptions {
+            mandatory: true,
+            immediate: false,
+        };
+        let mut in_flight = FuturesUnordered::new();
+        let started = Instant::now();
+        for _ in 0..settings.messages {
+            if in_flight.len() >= settings.window
+                && let Some(confirmation) = in_flight.next().await
+            {
+                check(confirmation)?;
+            }
+            in_flight.push(
+                self.publisher
+                    .basic_publish(
+                        "".into(),
+                        queue.into(),
+                        options,
+                        &settings.body,
+                        BasicProperties::default(),
+                    )
+                    .await?,
+            );
+        }
+        while let Some(confirmation) = in_flight.next().await {
+            check(confirmation)?;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Consumes and acks `messages` on a new channel with the prefetch applied.
+    pub(super) async fn consume(
+        &self,
+        queue: &str,
+        settings: &Settings,
+    ) -> anyhow::Result<Duration> {
+        let channel = self.connection.create_channel().await?;
+        channel
+            .basic_qos(settings.prefetch, BasicQosOptions { global: false })
+            .await?;
+        let started = Instant::now();
+        let mut consumer = channel
+            .basic_consume(
+                queue.into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        for _ in 0..settings.messages {
+            let delivery = consumer
+                .next()
+                .await
+                .ok_or_else(|| anyhow::anyhow!("raw consumer ended early"))??;
+            delivery.ack(BasicAckOptions::default()).await?;
+        }
+        let elapsed = started.elapsed();
+        channel.close(200, "done".into()).await?;
+        Ok(elapsed)
+    }
+
+    pub(super) async fn close(&self) -> anyhow::Result<()> {
+        self.connection.close(200, "done".into()).await?;
+        Ok(())
+    }
+}
+
+fn check(confirmation: lapin::Result<Confirmation>) -> anyhow::Result<()> {
+    match confirmation? {
+        Confirmation::Ack(None) => Ok(()),
+        other => anyhow::bail!("raw publish not acked: {other:?}"),
+    }
+}
