@@ -446,3 +446,90 @@ async fn publish_during_a_long_outage_fails_unavailable_after_the_bound() {
         .expect("deletes the queue");
     client.close().await.expect("closes");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_errors_leave_the_client_usable() {
+    let _serial = SERIAL.lock().await;
+    let client = Client::connect_with(&amqp_url(), options())
+        .await
+        .expect("connects");
+    let queue = unique_name("polyq.recovery.channel-errors");
+    let missing = unique_name("polyq.recovery.missing");
+    client
+        .declare_queue(&transient_queue(&queue))
+        .await
+        .expect("declares");
+    let outcome = client
+        .publish(message(&queue, "one".into()))
+        .await
+        .expect("publishes")
+        .await
+        .expect("confirmed");
+    assert_eq!(outcome, PublishOutcome::Acked);
+    let fetched = client
+        .get(&queue)
+        .await
+        .expect("gets")
+        .expect("the message");
+
+    // Each of these closes the channel it ran on.
+    match client.inspect_queue(&missing).await {
+        Err(Error::NotFound {
+            kind: "queue",
+            name,
+        }) => assert_eq!(name, missing),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    match client.declare_queue(&QueueSpec::new(&queue)).await {
+        Err(Error::Precondition { reason, .. }) => {
+            assert!(reason.contains("durable"), "broker text kept: {reason}")
+        }
+        other => panic!("expected Precondition, got {other:?}"),
+    }
+    let to_missing = OutgoingMessage::new(&missing, "any", Properties::default(), "lost");
+    let result = match client.publish(to_missing).await {
+        Ok(confirm) => confirm.await,
+        Err(error) => Err(error),
+    };
+    match result {
+        Err(Error::NotFound {
+            kind: "exchange",
+            name,
+        }) => assert_eq!(name, missing),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+
+    // Fetched messages live on their own channel, untouched by those errors.
+    fetched.ack().await.expect("acks the fetched message");
+    // Publishing, declaring and consuming go on, on new channels.
+    let outcome = client
+        .publish(message(&queue, "two".into()))
+        .await
+        .expect("publishes")
+        .await
+        .expect("confirmed");
+    assert_eq!(outcome, PublishOutcome::Acked);
+    let info = client.inspect_queue(&queue).await.expect("inspects");
+    assert_eq!(info.message_count, 1);
+    let mut consumer = client
+        .consume(&queue, &ConsumeOptions::default())
+        .await
+        .expect("consumes");
+    let delivery = timeout(LIMIT, consumer.next())
+        .await
+        .expect("delivered in time")
+        .expect("stream open")
+        .expect("delivery");
+    assert_eq!(&delivery.body[..], b"two");
+    delivery.ack().await.expect("acks");
+    assert!(
+        matches!(delivery.ack().await, Err(Error::AlreadySettled)),
+        "a second settlement is refused"
+    );
+    consumer.cancel().await.expect("cancels");
+    client
+        .delete_queue(&queue)
+        .await
+        .expect("deletes the queue");
+    client.close().await.expect("closes");
+}
