@@ -38,8 +38,8 @@ pub(crate) struct AmqpArgs {
     /// Consumer prefetch.
     #[arg(long, default_value_t = 1000)]
     prefetch: u16,
-    /// Rounds; the order of raw and polyq alternates between rounds, and figures are the mean
-    /// over rounds.
+    /// Rounds; the order of raw and polyq alternates between rounds, and the ratio compares the
+    /// best round of each side.
     #[arg(long, default_value_t = 4)]
     rounds: u32,
 }
