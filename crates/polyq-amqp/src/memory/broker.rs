@@ -11,7 +11,7 @@ use rand::RngCore as _;
 
 use super::args::{QueueArgs, exchange_mismatch, queue_mismatch};
 use super::dead_letter::{Death, Reason, is_cycle, record_death};
-use super::queue::{Effects, Message, Queue};
+use super::queue::{Effects, Message, Queue, Wakers};
 use super::routing::{headers_match, topic_matches};
 use crate::error::{Error, Result};
 use crate::message::{OutgoingMessage, PublishOutcome, ReturnedMessage};
@@ -65,11 +65,16 @@ struct Bound {
 
 impl Topology {
     /// The queues a message goes to; `None` when the exchange does not exist.
-    fn route(&self, exchange: &str, routing_key: &str, headers: &FieldTable) -> Option<Targets> {
+    fn route(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        headers: &FieldTable,
+    ) -> Option<Targets<'_>> {
         let mut targets = Targets::default();
         if exchange.is_empty() {
             if let Some(queue) = self.queues.get(routing_key) {
-                targets.push(Arc::clone(queue));
+                targets.push(queue);
             }
             return Some(targets);
         }
@@ -83,25 +88,25 @@ impl Topology {
             };
             // A queue bound several ways still gets one copy.
             if matched && !targets.contains(&bound.queue) {
-                targets.push(Arc::clone(&bound.queue));
+                targets.push(&bound.queue);
             }
         }
         Some(targets)
     }
 }
 
-/// The queues one message is routed to. Most messages go to exactly one queue, which needs no
-/// allocation.
+/// The queues one message is routed to, borrowed from the topology. Most messages go to exactly
+/// one queue, which needs no allocation.
 #[derive(Default)]
-enum Targets {
+enum Targets<'a> {
     #[default]
     None,
-    One(Arc<Queue>),
-    Many(Vec<Arc<Queue>>),
+    One(&'a Arc<Queue>),
+    Many(Vec<&'a Arc<Queue>>),
 }
 
-impl Targets {
-    fn push(&mut self, queue: Arc<Queue>) {
+impl<'a> Targets<'a> {
+    fn push(&mut self, queue: &'a Arc<Queue>) {
         *self = match std::mem::take(self) {
             Targets::None => Targets::One(queue),
             Targets::One(first) => Targets::Many(vec![first, queue]),
@@ -124,13 +129,39 @@ impl Targets {
         matches!(self, Targets::None)
     }
 
-    fn into_iter(self) -> impl Iterator<Item = Arc<Queue>> {
-        let (many, one) = match self {
-            Targets::None => (Vec::new(), None),
-            Targets::One(queue) => (Vec::new(), Some(queue)),
-            Targets::Many(queues) => (queues, None),
+    fn queues(&self) -> impl Iterator<Item = &'a Arc<Queue>> + '_ {
+        let (one, many) = match self {
+            Targets::None => (None, &[][..]),
+            Targets::One(queue) => (Some(*queue), &[][..]),
+            Targets::Many(queues) => (None, &queues[..]),
         };
-        many.into_iter().chain(one)
+        one.into_iter().chain(many.iter().copied())
+    }
+}
+
+/// Effects of enqueueing under the topology lock, carried out once it is released. Waking
+/// consumers needs no reference to the queue; everything else keeps one. Publishing thus never
+/// touches a queue's reference count, which the consuming thread updates for every delivery.
+#[derive(Default)]
+struct Deferred {
+    wakers: Wakers,
+    effects: Vec<(Arc<Queue>, Effects)>,
+}
+
+impl Deferred {
+    fn add(&mut self, queue: &Arc<Queue>, effects: Effects) {
+        if effects.is_only_wakers() {
+            self.wakers.extend([effects.wakers]);
+        } else {
+            self.effects.push((Arc::clone(queue), effects));
+        }
+    }
+
+    fn run(self, broker: &Arc<Broker>) {
+        self.wakers.wake_all();
+        for (queue, effects) in self.effects {
+            broker.apply(&queue, effects);
+        }
     }
 }
 
@@ -368,8 +399,8 @@ impl Broker {
                 )
             })?),
         };
-        let targets = self
-            .read()
+        let topology = self.read();
+        let targets = topology
             .route(
                 &message.exchange,
                 &message.routing_key,
@@ -394,10 +425,14 @@ impl Broker {
             });
         }
         let message = Arc::new(Message::from(message));
+        let mut deferred = Deferred::default();
         let mut refused = false;
-        for queue in targets.into_iter() {
-            refused |= !self.enqueue(&queue, Arc::clone(&message), message_ttl);
+        for queue in targets.queues() {
+            refused |= !self.enqueue(queue, &message, message_ttl, &mut deferred);
         }
+        drop(targets);
+        drop(topology);
+        deferred.run(self);
         // As on RabbitMQ, one refusing queue makes the confirm a nack; the others keep their copy.
         Ok(if refused {
             PublishOutcome::Nacked
@@ -406,17 +441,19 @@ impl Broker {
         })
     }
 
+    /// Enqueues under the topology's read lock; returns whether the queue accepted the message.
     fn enqueue(
         self: &Arc<Self>,
         queue: &Arc<Queue>,
-        message: Arc<Message>,
+        message: &Arc<Message>,
         message_ttl: Option<Duration>,
+        deferred: &mut Deferred,
     ) -> bool {
         if queue.needs_expiry(message_ttl) {
             queue.ensure_expiry(self);
         }
-        let (accepted, effects) = queue.push(message, message_ttl);
-        self.apply(queue, effects);
+        let (accepted, effects) = queue.push(Arc::clone(message), message_ttl);
+        deferred.add(queue, effects);
         accepted
     }
 
@@ -428,9 +465,7 @@ impl Broker {
             unused,
             wake_expiry,
         } = effects;
-        for waker in wakers {
-            waker.wake();
-        }
+        wakers.wake_all();
         if wake_expiry {
             queue.expiry_wakeup().notify_one();
         }
@@ -469,24 +504,29 @@ impl Broker {
                     time,
                 },
             );
-            let Some(targets) = self
-                .read()
-                .route(exchange, &routing_key, &properties.headers)
-            else {
-                continue;
-            };
             let copy = Arc::new(Message {
                 exchange: exchange.clone(),
                 routing_key,
                 properties,
                 body: message.body.clone(),
             });
-            for target in targets.into_iter() {
-                if !is_cycle(&copy.properties.headers, target.name()) {
-                    // A full queue refusing a dead letter drops it, as RabbitMQ does.
-                    self.enqueue(&target, Arc::clone(&copy), None);
+            let mut deferred = Deferred::default();
+            {
+                let topology = self.read();
+                // Dead letters to a missing exchange are dropped, as RabbitMQ does.
+                let Some(targets) =
+                    topology.route(exchange, &copy.routing_key, &copy.properties.headers)
+                else {
+                    continue;
+                };
+                for target in targets.queues() {
+                    if !is_cycle(&copy.properties.headers, target.name()) {
+                        // A full queue refusing a dead letter drops it, as RabbitMQ does.
+                        self.enqueue(target, &copy, None, &mut deferred);
+                    }
                 }
             }
+            deferred.run(self);
         }
     }
 }

@@ -14,12 +14,22 @@ use crate::client::AckerInner;
 use crate::error::{Error, Result};
 use crate::message::Delivery;
 
+/// Where deliveries come from: a connection and a queue. Shared by a consumer's deliveries so
+/// that each delivery updates one reference count that only the consuming thread touches, not
+/// the connection's and queue's, which publishers read.
+pub(super) struct Source {
+    connection: Arc<Connection>,
+    queue: Arc<Queue>,
+}
+
+impl Source {
+    pub(super) fn new(connection: Arc<Connection>, queue: Arc<Queue>) -> Arc<Self> {
+        Arc::new(Self { connection, queue })
+    }
+}
+
 /// Turns a handed-out message into the application's [`Delivery`].
-pub(super) fn delivery(
-    connection: &Arc<Connection>,
-    queue: &Arc<Queue>,
-    handout: Handout,
-) -> Delivery {
+pub(super) fn delivery(source: &Arc<Source>, handout: Handout) -> Delivery {
     let message = &handout.message;
     Delivery {
         exchange: message.exchange.clone(),
@@ -28,8 +38,7 @@ pub(super) fn delivery(
         properties: message.properties.clone(),
         body: message.body.clone(),
         acker: AckerInner::Memory(Acker {
-            connection: Arc::clone(connection),
-            queue: Arc::clone(queue),
+            source: Arc::clone(source),
             tag: handout.tag,
             settled: AtomicBool::new(false),
         })
@@ -39,8 +48,7 @@ pub(super) fn delivery(
 
 /// Settles one delivery of the embedded broker.
 pub(crate) struct Acker {
-    connection: Arc<Connection>,
-    queue: Arc<Queue>,
+    source: Arc<Source>,
     tag: u64,
     settled: AtomicBool,
 }
@@ -48,7 +56,7 @@ pub(crate) struct Acker {
 impl std::fmt::Debug for Acker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Acker")
-            .field("queue", &self.queue.name())
+            .field("queue", &self.source.queue.name())
             .field("tag", &self.tag)
             .finish()
     }
@@ -77,13 +85,14 @@ impl Acker {
         if self.settled.swap(true, Ordering::AcqRel) {
             return Err(Error::AlreadySettled);
         }
-        if self.connection.is_closed() {
+        let Source { connection, queue } = &*self.source;
+        if connection.is_closed() {
             return Err(Error::StaleDelivery);
         }
         // An unknown tag means the queue was deleted meanwhile; RabbitMQ accepts the
         // settlement then too.
-        let (_, effects) = self.queue.settle(self.tag, how);
-        self.connection.broker.apply(&self.queue, effects);
+        let (_, effects) = queue.settle(self.tag, how);
+        connection.broker.apply(queue, effects);
         Ok(())
     }
 }
@@ -91,8 +100,7 @@ impl Acker {
 /// A consumer of the embedded broker: a stream of deliveries within the prefetch window.
 /// Dropping it cancels it.
 pub(crate) struct Consumer {
-    connection: Arc<Connection>,
-    queue: Arc<Queue>,
+    source: Arc<Source>,
     id: u64,
     /// Deliveries taken from the queue in one batch, not yet yielded.
     buffer: VecDeque<Handout>,
@@ -100,10 +108,9 @@ pub(crate) struct Consumer {
 }
 
 impl Consumer {
-    pub(super) fn new(connection: Arc<Connection>, queue: Arc<Queue>, id: u64) -> Self {
+    pub(super) fn new(source: Arc<Source>, id: u64) -> Self {
         Self {
-            connection,
-            queue,
+            source,
             id,
             buffer: VecDeque::new(),
             finished: false,
@@ -120,8 +127,9 @@ impl Consumer {
             return;
         }
         let undelivered = std::mem::take(&mut self.buffer);
-        let effects = self.queue.cancel_consumer(self.id, undelivered);
-        self.connection.broker.apply(&self.queue, effects);
+        let Source { connection, queue } = &*self.source;
+        let effects = queue.cancel_consumer(self.id, undelivered);
+        connection.broker.apply(queue, effects);
     }
 }
 
@@ -137,7 +145,11 @@ impl Stream for Consumer {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         if this.buffer.is_empty() && !this.finished {
-            match this.queue.take_inbox(this.id, &mut this.buffer, cx.waker()) {
+            match this
+                .source
+                .queue
+                .take_inbox(this.id, &mut this.buffer, cx.waker())
+            {
                 Inbox::Filled => {}
                 Inbox::Empty => return Poll::Pending,
                 Inbox::Gone => this.finished = true,
@@ -146,7 +158,7 @@ impl Stream for Consumer {
         Poll::Ready(
             this.buffer
                 .pop_front()
-                .map(|handout| Ok(delivery(&this.connection, &this.queue, handout))),
+                .map(|handout| Ok(delivery(&this.source, handout))),
         )
     }
 }

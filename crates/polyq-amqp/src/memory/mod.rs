@@ -16,6 +16,7 @@ mod routing;
 
 use std::sync::Arc;
 
+use consumer::Source;
 pub(crate) use consumer::{Acker, Consumer};
 
 use crate::Confirm;
@@ -135,7 +136,10 @@ impl MemoryClient {
         connection.uses(&queue);
         let (handout, effects) = queue.get(connection.id);
         connection.broker.apply(&queue, effects);
-        Ok(handout.map(|handout| consumer::delivery(&self.connection, &queue, handout)))
+        Ok(handout.map(|handout| {
+            let source = Source::new(Arc::clone(&self.connection), queue);
+            consumer::delivery(&source, handout)
+        }))
     }
 
     pub(crate) async fn consume(
@@ -161,7 +165,7 @@ impl MemoryClient {
             })?;
         connection.uses(&queue);
         connection.broker.apply(&queue, effects);
-        let consumer = Consumer::new(Arc::clone(&self.connection), queue, id);
+        let consumer = Consumer::new(Source::new(Arc::clone(&self.connection), queue), id);
         Ok(ConsumerInner::Memory(consumer).into())
     }
 

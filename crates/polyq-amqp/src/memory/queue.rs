@@ -76,10 +76,54 @@ pub(super) enum Inbox {
 #[derive(Debug, Default)]
 #[must_use = "effects must be applied by the broker"]
 pub(super) struct Effects {
-    pub(super) wakers: Vec<Waker>,
+    pub(super) wakers: Wakers,
     pub(super) dead: Vec<(Arc<Message>, Reason)>,
     pub(super) unused: bool,
     pub(super) wake_expiry: bool,
+}
+
+impl Effects {
+    /// Whether waking consumers is all there is to do.
+    pub(super) fn is_only_wakers(&self) -> bool {
+        self.dead.is_empty() && !self.unused && !self.wake_expiry
+    }
+}
+
+/// Consumers to wake. Usually one at most, kept inline: a publish that wakes its consumer
+/// allocates nothing for it.
+#[derive(Debug, Default)]
+pub(super) struct Wakers {
+    first: Option<Waker>,
+    rest: Vec<Waker>,
+}
+
+impl Extend<Waker> for Wakers {
+    fn extend<I: IntoIterator<Item = Waker>>(&mut self, wakers: I) {
+        for waker in wakers {
+            if self.first.is_none() {
+                self.first = Some(waker);
+            } else {
+                self.rest.push(waker);
+            }
+        }
+    }
+}
+
+impl Extend<Wakers> for Wakers {
+    fn extend<I: IntoIterator<Item = Wakers>>(&mut self, more: I) {
+        for wakers in more {
+            self.extend(wakers.first.into_iter().chain(wakers.rest));
+        }
+    }
+}
+
+impl Wakers {
+    pub(super) fn wake_all(self) {
+        self.first
+            .into_iter()
+            .chain(self.rest)
+            .for_each(Waker::wake);
+    }
 }
 
 struct Entry {
@@ -509,7 +553,7 @@ impl State {
             self.next_consumer = (index + 1) % n;
             let tag = self.next_tag();
             let slot = &mut self.consumers[index];
-            slot.in_flight += 1;
+            slot.in_flight = slot.in_flight.saturating_add(1);
             slot.inbox.push_back(Handout {
                 tag,
                 message: Arc::clone(&entry.message),
