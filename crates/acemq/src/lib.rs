@@ -43,3 +43,5 @@ pub use envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
 pub use error::{Error, Result};
 pub use itinerary::{Itinerary, Stop};
 pub use route::RoutingSlip;
+/// The date-time crate of this API ([`time::OffsetDateTime`] for first-seen and replay times).
+pub use time;

@@ -182,6 +182,49 @@ pub fn type_for(routing_key: &str) -> &str {
     }
 }
 
+/// Milliseconds since the Unix epoch, as `x-acemq-first-seen` carries them.
+///
+/// ```
+/// use acemq::wire::{epoch_millis, from_epoch_millis};
+///
+/// let at = from_epoch_millis(1_767_323_045_678).unwrap();
+/// assert_eq!(epoch_millis(at), 1_767_323_045_678);
+/// ```
+pub fn epoch_millis(at: OffsetDateTime) -> i64 {
+    lenient::to_epoch_millis(at)
+}
+
+/// The instant `millis` after the Unix epoch, when the calendar can represent it.
+pub fn from_epoch_millis(millis: i64) -> Option<OffsetDateTime> {
+    lenient::from_epoch_millis(millis)
+}
+
+/// `acemq-replayed-at` as written: RFC 3339 in UTC with milliseconds and `Z`.
+///
+/// ```
+/// let at = acemq::wire::from_epoch_millis(1_770_091_506_789).unwrap();
+/// assert_eq!(acemq::wire::format_instant(at), "2026-02-03T04:05:06.789Z");
+/// ```
+pub fn format_instant(at: OffsetDateTime) -> String {
+    lenient::rfc3339_millis(at)
+}
+
+/// An instant in any form `acemq-replayed-at` travels in: epoch milliseconds (a number or
+/// numeric text), RFC 3339 with `Z`, or with an offset such as Python's `+00:00`.
+///
+/// ```
+/// use acemq::wire::read_instant;
+/// use polyq_amqp::FieldValue;
+///
+/// let legacy = read_instant(&FieldValue::I64(1_770_091_506_789));
+/// assert_eq!(legacy, read_instant(&FieldValue::from("2026-02-03T04:05:06.789Z")));
+/// assert_eq!(legacy, read_instant(&FieldValue::from("2026-02-03T04:05:06.789000+00:00")));
+/// assert_eq!(read_instant(&FieldValue::from("soon")), None);
+/// ```
+pub fn read_instant(value: &FieldValue) -> Option<OffsetDateTime> {
+    lenient::instant(Some(value))
+}
+
 fn set_text(
     builder: EnvelopeBuilder,
     value: Option<&FieldValue>,

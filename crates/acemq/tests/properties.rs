@@ -42,8 +42,8 @@ fn scalar() -> impl Strategy<Value = FieldValue> {
         any::<i32>().prop_map(FieldValue::I32),
         any::<u32>().prop_map(FieldValue::U32),
         any::<i64>().prop_map(FieldValue::I64),
-        any::<f32>().prop_map(FieldValue::F32),
-        any::<f64>().prop_map(FieldValue::F64),
+        prop::num::f32::ANY.prop_map(FieldValue::F32),
+        prop::num::f64::ANY.prop_map(FieldValue::F64),
         (any::<u8>(), any::<u32>()).prop_map(|(scale, value)| FieldValue::Decimal { scale, value }),
         vec(any::<u8>(), 0..12).prop_map(FieldValue::LongString),
         text().prop_map(FieldValue::from),
@@ -165,8 +165,8 @@ proptest! {
             properties.message_id.as_deref(),
             NOW,
         );
-        prop_assert_eq!(&read, &envelope);
-        prop_assert_eq!(read.to_headers(), envelope.to_headers());
+        // Compared through Debug, where a NaN header value equals itself.
+        prop_assert_eq!(format!("{read:?}"), format!("{envelope:?}"));
     }
 
     #[test]
@@ -181,7 +181,7 @@ proptest! {
         prop_assert!(!envelope.id().is_empty() && !envelope.message_type().is_empty());
         // Whatever was read writes out and reads back unchanged.
         let again = Envelope::from_headers_at(&envelope.to_headers(), "", None, NOW);
-        prop_assert_eq!(again, envelope.clone());
+        prop_assert_eq!(format!("{again:?}"), format!("{envelope:?}"));
         let _ = envelope.itinerary();
     }
 
