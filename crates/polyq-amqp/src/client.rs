@@ -93,6 +93,29 @@ impl ConsumeOptions {
 /// `amqp://` or `amqps://` for RabbitMQ (feature `amqp`). Cheap to clone; clones share the
 /// connection.
 ///
+/// # The embedded broker
+///
+/// `memory://name` is a broker inside the process, shared by every client that connects to the
+/// same name (`memory://` and `memory://other` are two brokers); it lives as long as the process
+/// and keeps nothing on disk. It follows RabbitMQ's semantics, checked by the same behavioural
+/// tests on both:
+///
+/// - the default exchange and `direct`, `topic` (`*`, `#`), `fanout` and `headers` (`x-match`
+///   `all`/`any`) exchanges, the `amq.*` system exchanges, and RabbitMQ's equivalence rules on
+///   redeclaration ([`Error::Precondition`]);
+/// - durable, exclusive (owned by the declaring client, refused to others, deleted when it
+///   closes), auto-delete and server-named (`amq.gen-...`) queues;
+/// - `x-message-ttl` and the `expiration` property (expiry at the head, on time whether or not
+///   anyone consumes), `x-dead-letter-exchange` / `x-dead-letter-routing-key` on expiry,
+///   rejection and overflow with RabbitMQ's `x-death` history, `x-max-length` with `x-overflow`
+///   `drop-head`, `reject-publish` (nacked confirm) or `reject-publish-dlx`;
+/// - confirms (settled by the time [`Client::publish`] returns), mandatory returns (312
+///   `NO_ROUTE`), prefetch windows, round-robin across consumers, requeue to the original
+///   position flagged `redelivered`; closing a client requeues what it had not settled.
+///
+/// Other queue arguments (`x-queue-type` included) are accepted and compared on redeclaration,
+/// but do not change behaviour: a quorum queue behaves as a classic one.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polyq_amqp::Error> {
