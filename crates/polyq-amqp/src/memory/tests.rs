@@ -875,3 +875,65 @@ async fn oversized_short_strings_are_refused_before_reaching_the_broker() {
         Err(Error::Invalid { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishers_and_consumers_settle_every_message_exactly_once() {
+    const PUBLISHERS: usize = 3;
+    const PER_PUBLISHER: usize = 3000;
+    let url = url("concurrent");
+    let client = Client::connect(&url).await.unwrap();
+    client.declare_queue(&QueueSpec::new("q")).await.unwrap();
+    let (acked_tx, mut acked_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut consumers = Vec::new();
+    for _ in 0..3 {
+        let client = Client::connect(&url).await.unwrap();
+        let acked = acked_tx.clone();
+        let mut consumer = client
+            .consume("q", &ConsumeOptions::default().prefetch(8))
+            .await
+            .unwrap();
+        consumers.push(tokio::spawn(async move {
+            while let Some(delivery) = consumer.next().await {
+                let delivery = delivery.unwrap();
+                let body = delivery.body.clone();
+                // Some messages (last byte a multiple of 7) go back once, mixing requeues in.
+                if !delivery.redelivered && body.last().is_some_and(|b| b % 7 == 0) {
+                    delivery.nack(true).await.unwrap();
+                } else {
+                    delivery.ack().await.unwrap();
+                    acked.send(body).unwrap();
+                }
+            }
+        }));
+    }
+    drop(acked_tx);
+    let publishers: Vec<_> = (0..PUBLISHERS)
+        .map(|p| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for n in 0..PER_PUBLISHER {
+                    let body = format!("{p}-{n}");
+                    let outcome = publish(&client, "", "q", &body).await;
+                    assert_eq!(outcome, PublishOutcome::Acked);
+                }
+            })
+        })
+        .collect();
+    for publisher in publishers {
+        publisher.await.unwrap();
+    }
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < PUBLISHERS * PER_PUBLISHER {
+        let body = tokio::time::timeout(Duration::from_secs(10), acked_rx.recv())
+            .await
+            .expect("every message is consumed")
+            .expect("consumers run");
+        assert!(seen.insert(body.clone()), "acked twice: {body:?}");
+    }
+    let info = client.inspect_queue("q").await.unwrap();
+    assert_eq!((info.message_count, info.consumer_count), (0, 3));
+    client.delete_queue("q").await.unwrap();
+    for consumer in consumers {
+        consumer.await.unwrap();
+    }
+}
