@@ -40,7 +40,7 @@ pub fn parked_queue(queue: &str) -> String {
 }
 
 /// `Q.retry.<delay>`, the rung holding waits of `delay`; see
-/// [`render_duration`](crate::retry::render_duration) for the suffix.
+/// [`render_duration`] for the suffix.
 ///
 /// ```
 /// use std::time::Duration;
