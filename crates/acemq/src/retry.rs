@@ -197,6 +197,20 @@ impl RetryPolicy {
 
     /// The bounds a consumer wait of `delay` lands in after jitter:
     /// `[max(delay·(1-f), 1 ms), max(delay·(1+f), 1 ms)]`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use acemq::retry::RetryPolicy;
+    ///
+    /// let policy: RetryPolicy = "exponential(5, 1s, 24h)".parse()?;
+    /// assert_eq!(
+    ///     policy.jitter_bounds(Duration::from_secs(1)),
+    ///     (Duration::from_millis(800), Duration::from_millis(1200))
+    /// );
+    /// let waited = policy.jittered(Duration::from_secs(1), &mut rand::rng());
+    /// assert!(waited >= Duration::from_millis(800) && waited <= Duration::from_millis(1200));
+    /// # Ok::<(), acemq::Error>(())
+    /// ```
     pub fn jitter_bounds(&self, delay: Duration) -> (Duration, Duration) {
         let f = self.jitter_factor;
         (
@@ -218,6 +232,25 @@ impl RetryPolicy {
 
     /// What to do after `attempt` (from 1) failed for a message of `age`: retry after a wait
     /// (jittered when the consumer holds it, exact when a rung does), or give up and why.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use acemq::retry::{RetryDecision, RetryPolicy, WaitPlace};
+    ///
+    /// let policy: RetryPolicy = "exponential(5, 1s, 24h).giveUpAfter(2m)".parse()?;
+    /// let mut rng = rand::rng();
+    /// let RetryDecision::Retry(wait) = policy.decide(1, Some(Duration::from_secs(5)), &mut rng)
+    /// else {
+    ///     unreachable!("a young first attempt is retried")
+    /// };
+    /// assert_eq!(wait.place(), WaitPlace::Consumer);
+    /// assert_eq!(wait.scheduled(), Duration::from_secs(1));
+    ///
+    /// let old = policy.decide(1, Some(Duration::from_secs(120)), &mut rng);
+    /// let RetryDecision::GiveUp(reason) = old else { unreachable!("too old") };
+    /// assert_eq!(reason.to_string(), "exceeded the maximum message age of 2m");
+    /// # Ok::<(), acemq::Error>(())
+    /// ```
     pub fn decide<R: Rng + ?Sized>(
         &self,
         attempt: u32,

@@ -56,6 +56,17 @@ pub fn retry_queue(queue: &str, delay: Duration) -> String {
 /// The exact arguments of a rung queue: `x-message-ttl` (64-bit, milliseconds, as Java
 /// writes it), `x-dead-letter-exchange = acemq.retry`, `x-dead-letter-routing-key = queue`.
 /// Two services declaring one rung with different arguments get `PRECONDITION_FAILED`.
+///
+/// ```
+/// use std::time::Duration;
+/// use polyq_amqp::FieldValue;
+///
+/// let arguments = acemq::topology::rung_arguments("orders.new", Duration::from_secs(30));
+/// assert_eq!(arguments["x-message-ttl"], FieldValue::I64(30_000));
+/// assert_eq!(arguments["x-dead-letter-exchange"], FieldValue::from("acemq.retry"));
+/// assert_eq!(arguments["x-dead-letter-routing-key"], FieldValue::from("orders.new"));
+/// assert_eq!(arguments.len(), 3);
+/// ```
 pub fn rung_arguments(queue: &str, delay: Duration) -> FieldTable {
     let ttl = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
     FieldTable::from([
