@@ -36,7 +36,8 @@ pub(crate) enum Command {
     /// Input: a JSON object with any subset of the keys `decode` prints (age_ms is ignored),
     /// plus `routing_key`, `exchange` and `payload`. Build defaults are applied: a new id,
     /// correlation = id, version 1, attempt 1, first seen = now, type = routing key, origin
-    /// stamped, content type application/json, persistent delivery.
+    /// stamped, content type application/json, persistent delivery. With `id` in the input and
+    /// --origin and --now given, the output is the same on every run.
     Encode {
         /// Envelope JSON file, or `-` for standard input.
         #[arg(default_value = "-")]
