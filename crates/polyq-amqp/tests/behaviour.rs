@@ -58,6 +58,9 @@ on_both_brokers!(
     closing_a_connection_requeues_its_unsettled_deliveries,
     full_queue_with_reject_publish_nacks,
     oversized_short_strings_are_refused,
+    per_message_expiration_dead_letters_with_the_original_expiration,
+    max_length_drops_the_oldest_into_the_dead_letter_exchange,
+    deleting_a_queue_ends_its_consumers,
 );
 
 /// How long an absence is watched for: a delivery that a broker was about to make arrives well
@@ -714,4 +717,95 @@ async fn oversized_short_strings_are_refused(fx: Arc<Fixture>) {
     let queue = fx.name("after");
     fx.queue(transient(&queue)).await;
     acked(&fx.client, "", &queue, "still fine").await;
+}
+
+async fn per_message_expiration_dead_letters_with_the_original_expiration(fx: Arc<Fixture>) {
+    let queue = fx.name("expiring");
+    let dead = fx.name("expired");
+    fx.queue(transient(&dead)).await;
+    fx.queue(
+        transient(&queue)
+            .argument("x-dead-letter-exchange", FieldValue::from(""))
+            .argument("x-dead-letter-routing-key", FieldValue::from(dead.as_str())),
+    )
+    .await;
+    let mut consumer = fx
+        .client
+        .consume(&dead, &ConsumeOptions::default())
+        .await
+        .unwrap();
+    let properties = Properties {
+        expiration: Some("200".into()),
+        ..Properties::default()
+    };
+    let published = Instant::now();
+    let outgoing = OutgoingMessage::new("", &queue, properties, "short-lived");
+    assert_eq!(publish(&fx.client, outgoing).await, PublishOutcome::Acked);
+    let delivery = next(&mut consumer).await;
+    let waited = published.elapsed();
+    assert!(
+        waited >= Duration::from_millis(195),
+        "dead-lettered after {waited:?}, before its 200 ms expiration"
+    );
+    assert_eq!(&delivery.body[..], b"short-lived");
+    assert_eq!(
+        delivery.properties.expiration, None,
+        "expiration does not travel on"
+    );
+    let death = &death_history(&delivery)[0];
+    assert_eq!(death["reason"], FieldValue::from("expired"));
+    assert_eq!(death["original-expiration"], FieldValue::from("200"));
+    delivery.ack().await.unwrap();
+}
+
+async fn max_length_drops_the_oldest_into_the_dead_letter_exchange(fx: Arc<Fixture>) {
+    let queue = fx.name("bounded");
+    let dead = fx.name("overflowed");
+    fx.queue(transient(&dead)).await;
+    fx.queue(
+        transient(&queue)
+            .argument("x-max-length", FieldValue::I32(2))
+            .argument("x-dead-letter-exchange", FieldValue::from(""))
+            .argument("x-dead-letter-routing-key", FieldValue::from(dead.as_str())),
+    )
+    .await;
+    for body in ["1", "2", "3"] {
+        acked(&fx.client, "", &queue, body).await;
+    }
+    let mut consumer = fx
+        .client
+        .consume(&dead, &ConsumeOptions::default())
+        .await
+        .unwrap();
+    let dropped = next(&mut consumer).await;
+    assert_eq!(&dropped.body[..], b"1");
+    assert_eq!(
+        death_history(&dropped)[0]["reason"],
+        FieldValue::from("maxlen")
+    );
+    dropped.ack().await.unwrap();
+    assert_eq!(
+        fx.client.inspect_queue(&queue).await.unwrap().message_count,
+        2
+    );
+    assert_eq!(&get(&fx.client, &queue).await.body[..], b"2");
+}
+
+async fn deleting_a_queue_ends_its_consumers(fx: Arc<Fixture>) {
+    let queue = fx.name("deleted");
+    fx.queue(transient(&queue)).await;
+    let mut consumer = fx
+        .client
+        .consume(&queue, &ConsumeOptions::default())
+        .await
+        .unwrap();
+    fx.client.delete_queue(&queue).await.unwrap();
+    // The consumer says why it stops, then ends.
+    let reason = within("the consumer to stop", consumer.next()).await;
+    assert!(
+        matches!(&reason, Some(Err(Error::NotFound { kind: "queue", name })) if *name == queue),
+        "a consumer of a deleted queue reports it: {reason:?}"
+    );
+    let ended = within("the consumer to end", consumer.next()).await;
+    assert!(ended.is_none(), "then the stream ends: {ended:?}");
 }

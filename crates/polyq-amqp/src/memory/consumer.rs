@@ -145,14 +145,19 @@ impl Stream for Consumer {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         if this.buffer.is_empty() && !this.finished {
-            match this
-                .source
-                .queue
-                .take_inbox(this.id, &mut this.buffer, cx.waker())
-            {
+            let queue = &this.source.queue;
+            match queue.take_inbox(this.id, &mut this.buffer, cx.waker()) {
                 Inbox::Filled => {}
                 Inbox::Empty => return Poll::Pending,
                 Inbox::Gone => this.finished = true,
+                Inbox::Deleted => {
+                    // Said once, as RabbitMQ's cancel notification is; then the stream ends.
+                    this.finished = true;
+                    return Poll::Ready(Some(Err(Error::NotFound {
+                        kind: "queue",
+                        name: queue.name().to_owned(),
+                    })));
+                }
             }
         }
         Poll::Ready(

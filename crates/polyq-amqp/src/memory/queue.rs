@@ -67,8 +67,10 @@ pub(super) enum Inbox {
     Filled,
     /// Nothing yet; the consumer is woken when something arrives.
     Empty,
-    /// The consumer no longer exists (cancelled, queue deleted or connection closed).
+    /// The consumer no longer exists: cancelled, or its connection closed.
     Gone,
+    /// The queue was deleted under the consumer.
+    Deleted,
 }
 
 /// Work that must happen after the queue's lock is released: waking consumers, routing dead
@@ -375,6 +377,9 @@ impl Queue {
         waker: &Waker,
     ) -> Inbox {
         let mut state = self.lock();
+        if state.deleted {
+            return Inbox::Deleted;
+        }
         let Some(slot) = state.consumers.iter_mut().find(|slot| slot.id == consumer) else {
             return Inbox::Gone;
         };

@@ -645,9 +645,13 @@ async fn deleting_removes_messages_and_bindings() {
     let _held = consumer.next().await.unwrap().unwrap();
     assert_eq!(client.delete_queue("q").await.unwrap(), 1);
     assert!(
-        consumer.next().await.is_none(),
-        "the consumer ends with its queue"
+        matches!(
+            consumer.next().await,
+            Some(Err(Error::NotFound { kind: "queue", .. }))
+        ),
+        "the consumer reports that its queue went"
     );
+    assert!(consumer.next().await.is_none(), "then it ends");
     client.declare_queue(&QueueSpec::new("q")).await.unwrap();
     let outcome = publish(&client, "x", "", "3").await;
     assert!(
@@ -893,8 +897,8 @@ async fn concurrent_publishers_and_consumers_settle_every_message_exactly_once()
             .await
             .unwrap();
         consumers.push(tokio::spawn(async move {
-            while let Some(delivery) = consumer.next().await {
-                let delivery = delivery.unwrap();
+            // The stream runs until the queue is deleted at the end of the test.
+            while let Some(Ok(delivery)) = consumer.next().await {
                 let body = delivery.body.clone();
                 // Some messages (last byte a multiple of 7) go back once, mixing requeues in.
                 if !delivery.redelivered && body.last().is_some_and(|b| b % 7 == 0) {
