@@ -1,8 +1,12 @@
-//! The envelope's cost over plain JSON: `make` + `encode` + `decode` (and reading `data` back
-//! into the payload type) against `serde_json` serialise + parse of the payload alone.
+//! The envelope's cost over plain JSON: `make` + `encode` + `decode` (and reading `data` back into
+//! the payload type) against `serde_json` serialise + parse of the payload alone, for the
+//! reference payload `{"order_id":1042,"amount":99.9,"currency":"EUR","note":"café ☕"}` held as
+//! a typed struct and as a `serde_json::Value`.
 //!
-//! `cargo bench -p babelqueue --bench codec` prints criterion's figures for both, then a last line
-//! `ratio: R` measured side by side in alternating rounds (goal: at most 1.5).
+//! `cargo bench -p babelqueue --bench codec` prints criterion's figures, then the ratios measured
+//! side by side in alternating rounds (goal: at most 1.5). With `POLYQ_PYTHON` set to the peer
+//! virtualenv's interpreter (`scripts/python-peer`), the same run also times the Python SDK's
+//! codec on the same payload (`scripts/bench-python-codec.py`) and prints the speed-up.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -10,6 +14,7 @@ use std::time::{Duration, Instant};
 use babelqueue::MakeOptions;
 use criterion::{Criterion, criterion_group};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct Order {
@@ -28,7 +33,11 @@ fn order() -> Order {
     }
 }
 
-fn envelope_round_trip(payload: &Order) -> Order {
+fn dynamic() -> Value {
+    serde_json::json!({"order_id": 1042, "amount": 99.9, "currency": "EUR", "note": "café ☕"})
+}
+
+fn envelope_round_trip<T: Serialize + serde::de::DeserializeOwned>(payload: &T) -> T {
     let envelope = babelqueue::make(
         "urn:babel:orders:created",
         payload,
@@ -40,45 +49,77 @@ fn envelope_round_trip(payload: &Order) -> Order {
     decoded.envelope.data_as().expect("data is the payload")
 }
 
-fn plain_round_trip(payload: &Order) -> Order {
+fn plain_round_trip<T: Serialize + serde::de::DeserializeOwned>(payload: &T) -> T {
     let body = serde_json::to_string(payload).expect("payload serialises");
     serde_json::from_str(&body).expect("payload parses")
 }
 
 fn benches(c: &mut Criterion) {
-    let payload = order();
-    assert_eq!(envelope_round_trip(&payload), payload);
+    let (typed, value) = (order(), dynamic());
+    assert_eq!(envelope_round_trip(&typed), typed);
+    assert_eq!(envelope_round_trip(&value), value);
     let mut group = c.benchmark_group("codec");
-    group.bench_function("envelope make+encode+decode", |b| {
-        b.iter(|| envelope_round_trip(black_box(&payload)))
+    group.bench_function("envelope make+encode+decode, typed payload", |b| {
+        b.iter(|| envelope_round_trip(black_box(&typed)))
     });
-    group.bench_function("serde_json payload only", |b| {
-        b.iter(|| plain_round_trip(black_box(&payload)))
+    group.bench_function("serde_json payload only, typed", |b| {
+        b.iter(|| plain_round_trip(black_box(&typed)))
+    });
+    group.bench_function("envelope make+encode+decode, Value payload", |b| {
+        b.iter(|| envelope_round_trip(black_box(&value)))
+    });
+    group.bench_function("serde_json payload only, Value", |b| {
+        b.iter(|| plain_round_trip(black_box(&value)))
     });
     group.finish();
 }
 
-/// Median over alternating rounds of the per-iteration time ratio envelope / plain.
-fn side_by_side_ratio() -> f64 {
+/// Medians over alternating rounds: the time ratio envelope / plain, and the envelope's
+/// microseconds per round trip.
+fn side_by_side<T: Serialize + serde::de::DeserializeOwned>(payload: &T) -> (f64, f64) {
     const ROUNDS: usize = 31;
     const ITERATIONS: u32 = 20_000;
-    let payload = order();
-    let time = |f: fn(&Order) -> Order| -> Duration {
+    let time = |f: fn(&T) -> T| -> Duration {
         let start = Instant::now();
         for _ in 0..ITERATIONS {
-            black_box(f(black_box(&payload)));
+            black_box(f(black_box(payload)));
         }
         start.elapsed()
     };
-    let mut ratios: Vec<f64> = (0..ROUNDS)
-        .map(|_| {
-            let plain = time(plain_round_trip);
-            let envelope = time(envelope_round_trip);
-            envelope.as_secs_f64() / plain.as_secs_f64()
-        })
-        .collect();
+    let mut ratios = Vec::with_capacity(ROUNDS);
+    let mut envelope_us = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let plain = time(plain_round_trip::<T>);
+        let envelope = time(envelope_round_trip::<T>);
+        ratios.push(envelope.as_secs_f64() / plain.as_secs_f64());
+        envelope_us.push(envelope.as_secs_f64() * 1e6 / f64::from(ITERATIONS));
+    }
     ratios.sort_by(f64::total_cmp);
-    ratios[ROUNDS / 2]
+    envelope_us.sort_by(f64::total_cmp);
+    (ratios[ROUNDS / 2], envelope_us[ROUNDS / 2])
+}
+
+/// The Python SDK's microseconds per make + encode + decode, when an interpreter is configured.
+fn python_envelope_us() -> Option<f64> {
+    let python = std::env::var("POLYQ_PYTHON").ok()?;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/bench-python-codec.py"
+    );
+    let output = std::process::Command::new(python)
+        .arg(script)
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        eprintln!(
+            "python codec benchmark failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return None;
+    }
+    let report: Value = serde_json::from_slice(&output.stdout).ok()?;
+    println!("python: {}", String::from_utf8_lossy(&output.stdout).trim());
+    report["envelope_us"].as_f64()
 }
 
 criterion_group!(codec, benches);
@@ -86,5 +127,14 @@ criterion_group!(codec, benches);
 fn main() {
     codec();
     Criterion::default().configure_from_args().final_summary();
-    println!("ratio: {:.3}", side_by_side_ratio());
+    let (typed_ratio, typed_us) = side_by_side(&order());
+    let (value_ratio, value_us) = side_by_side(&dynamic());
+    println!("rust envelope make+encode+decode: {typed_us:.3} µs typed, {value_us:.3} µs Value");
+    if let Some(python_us) = python_envelope_us() {
+        println!(
+            "python speed-up: {:.1}x (Value payload, the Python SDK's dict)",
+            python_us / value_us
+        );
+    }
+    println!("ratio: {typed_ratio:.2} typed payload, {value_ratio:.2} Value payload");
 }

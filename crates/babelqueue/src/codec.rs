@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 
 use crate::envelope::{Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, Slot, pointer};
 use crate::error::PoisonCause;
+use crate::typed::{Frame, Key, NOT_INTEGER, NOT_STRING, Typed};
 use crate::whitespace::is_blank;
 
 /// Something a decode dropped or ignored, named by its RFC 6901 pointer.
@@ -180,28 +181,6 @@ fn report(warnings: &[Warning]) {
     }
 }
 
-/// A member name, borrowed from the body unless it holds escapes.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
-    }
-}
-
 /// The members of one JSON object, in order, duplicates included.
 struct Members<'de>(Vec<(Cow<'de, str>, &'de RawValue)>);
 
@@ -228,83 +207,61 @@ impl<'de> Deserialize<'de> for Members<'de> {
 
 /// The members of `text`, which must be one JSON object.
 pub(crate) fn object_members(text: &str) -> Result<Vec<(Cow<'_, str>, &RawValue)>, PoisonCause> {
-    match serde_json::from_str::<Members<'_>>(text) {
-        Ok(Members(members)) => Ok(members),
-        Err(error) => {
-            let starts_object = text
-                .trim_start_matches([' ', '\t', '\n', '\r'])
-                .starts_with('{');
-            if !starts_object && serde_json::from_str::<de::IgnoredAny>(text).is_ok() {
-                Err(PoisonCause::NotAnObject)
-            } else {
-                Err(PoisonCause::InvalidJson(error.to_string()))
-            }
-        }
-    }
+    serde_json::from_str::<Members<'_>>(text)
+        .map(|Members(members)| members)
+        .map_err(|error| parse_failure(text, error))
 }
 
-fn member_error(path: &[&str], problem: &str) -> PoisonCause {
+fn member_error(pointer: String, problem: &str) -> PoisonCause {
     PoisonCause::Member {
-        pointer: pointer(path),
+        pointer,
         problem: problem.to_owned(),
     }
 }
 
-fn string_member(raw: &RawValue, path: &[&str]) -> Result<Slot<String>, PoisonCause> {
-    match serde_json::from_str::<Option<String>>(raw.get()) {
-        Ok(Some(text)) => Ok(Slot::Set(text)),
-        Ok(None) => Ok(Slot::Null),
-        Err(_) if raw.get().starts_with('"') => Err(member_error(
-            path,
-            "holds an unpaired UTF-16 surrogate escape",
-        )),
-        Err(_) => Err(member_error(path, "is not a string")),
+fn raw_json(raw: &RawValue, finite: bool, path: &[&str]) -> Result<RawJson, PoisonCause> {
+    RawJson::compacted(raw.get(), finite, &pointer(path)).map_err(|error| match error {
+        crate::Error::Poison(cause) => cause,
+        other => member_error(pointer(path), &other.to_string()),
+    })
+}
+
+fn raw_slot(
+    raw: Option<&RawValue>,
+    finite: bool,
+    path: &[&str],
+) -> Result<Slot<RawJson>, PoisonCause> {
+    match raw {
+        None => Ok(Slot::Absent),
+        Some(raw) if raw.get() == "null" => Ok(Slot::Null),
+        Some(raw) => raw_json(raw, finite, path).map(Slot::Set),
     }
 }
 
-fn integer_member(raw: &RawValue, path: &[&str]) -> Result<Slot<i64>, PoisonCause> {
-    match serde_json::from_str::<Option<i64>>(raw.get()) {
-        Ok(Some(n)) => Ok(Slot::Set(n)),
-        Ok(None) => Ok(Slot::Null),
-        Err(_) => Err(member_error(path, "is not an integer that fits 64 bits")),
+fn slot<T>(member: Option<Typed<T>>) -> Slot<T> {
+    match member {
+        None | Some(Typed::Other) => Slot::Absent,
+        Some(Typed::Null) => Slot::Null,
+        Some(Typed::Value(value)) => Slot::Set(value),
     }
 }
 
-fn object_member<'a>(raw: &'a RawValue, path: &[&str]) -> Result<Option<&'a str>, PoisonCause> {
-    let text = raw.get();
-    if text == "null" {
-        Ok(None)
-    } else if text.starts_with('{') {
-        Ok(Some(text))
-    } else {
-        Err(member_error(path, "is not an object"))
+/// Unknown members: the first position of a name, the value of its last occurrence.
+fn extras(
+    members: Vec<(Cow<'_, str>, &RawValue)>,
+    parent: &[&str],
+) -> Result<Vec<(String, RawJson)>, PoisonCause> {
+    let mut out: Vec<(String, RawJson)> = Vec::with_capacity(members.len());
+    for (key, raw) in members {
+        let mut path = parent.to_vec();
+        path.push(&key);
+        let value = raw_json(raw, false, &path)?;
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => out.push((key.into_owned(), value)),
+        }
     }
-}
-
-fn raw_slot(text: Option<&str>, finite: bool, path: &[&str]) -> Result<Slot<RawJson>, PoisonCause> {
-    match text {
-        None => Ok(Slot::Null),
-        Some(text) => RawJson::compacted(text, finite, &pointer(path))
-            .map(Slot::Set)
-            .map_err(|e| match e {
-                crate::Error::Poison(cause) => cause,
-                other => member_error(path, &other.to_string()),
-            }),
-    }
-}
-
-fn upsert(extras: &mut Vec<(String, RawJson)>, key: &str, value: RawJson) {
-    match extras.iter_mut().find(|(k, _)| k == key) {
-        Some(slot) => slot.1 = value,
-        None => extras.push((key.to_owned(), value)),
-    }
-}
-
-fn extra_value(raw: &RawValue, path: &[&str]) -> Result<RawJson, PoisonCause> {
-    match raw_slot(Some(raw.get()), false, path)? {
-        Slot::Set(value) => Ok(value),
-        _ => Err(member_error(path, "is missing")),
-    }
+    Ok(out)
 }
 
 /// Decodes one body: strict RFC 8259 JSON in UTF-8, one object, known members of the right type.
@@ -329,89 +286,63 @@ fn extra_value(raw: &RawValue, path: &[&str]) -> Result<RawJson, PoisonCause> {
 /// ```
 pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
     let text = std::str::from_utf8(body).map_err(|_| PoisonCause::NotUtf8)?;
-    let members = object_members(text)?;
-
-    let mut job: Option<&RawValue> = None;
-    let mut urn: Option<&RawValue> = None;
-    let mut trace_id = Slot::Absent;
-    let mut data: Option<&RawValue> = None;
-    let mut meta: Slot<(Meta, Vec<&'static str>)> = Slot::Absent;
-    let mut attempts = Slot::Absent;
-    let mut dead_letter: Option<&RawValue> = None;
-    let mut timestamp = false;
-    let mut extras: Vec<(String, RawJson)> = Vec::new();
-
-    for (key, raw) in &members {
-        match key.as_ref() {
-            "job" => job = Some(raw),
-            "urn" => urn = Some(raw),
-            "trace_id" => trace_id = string_member(raw, &["trace_id"])?,
-            "attempts" => attempts = integer_member(raw, &["attempts"])?,
-            "data" => {
-                object_member(raw, &["data"])?;
-                data = Some(raw);
-            }
-            "meta" => {
-                meta = match object_member(raw, &["meta"])? {
-                    Some(text) => Slot::Set(decode_meta(text)?),
-                    None => Slot::Null,
-                };
-            }
-            "dead_letter" => {
-                if let Some(text) = object_member(raw, &["dead_letter"])? {
-                    check_dead_letter(text)?;
-                }
-                dead_letter = Some(raw);
-            }
-            "timestamp" => timestamp = true,
-            other => upsert(&mut extras, other, extra_value(raw, &[other])?),
-        }
+    let frame: Frame<'_> = match serde_json::from_str(text) {
+        Ok(frame) => frame,
+        Err(error) => return Err(parse_failure(text, error)),
+    };
+    if let Some((pointer, problem)) = frame.wrong {
+        return Err(member_error(pointer, problem));
+    }
+    if let Some(raw) = frame.dead_letter.filter(|raw| raw.get() != "null") {
+        check_dead_letter(raw.get())?;
     }
 
     let mut warnings = Vec::new();
-    if timestamp {
+    if frame.timestamp {
         warnings.push(dropped("/timestamp"));
     }
-    let meta = match meta {
-        Slot::Absent => Slot::Absent,
-        Slot::Null => Slot::Null,
-        Slot::Set((block, forbidden)) => {
+    let meta = match frame.meta {
+        None | Some(Typed::Other) => Slot::Absent,
+        Some(Typed::Null) => Slot::Null,
+        Some(Typed::Value(fields)) => {
             for key in FORBIDDEN_META {
-                if forbidden.contains(&key) {
+                if fields.forbidden.contains(&key) {
                     warnings.push(dropped(&pointer(&["meta", key])));
                 }
             }
-            Slot::Set(block)
+            Slot::Set(Meta {
+                id: slot(fields.id),
+                queue: slot(fields.queue),
+                lang: slot(fields.lang),
+                schema_version: slot(fields.schema_version),
+                created_at: slot(fields.created_at),
+                extras: extras(fields.extras, &["meta"])?,
+            })
         }
     };
-
-    let job = resolve_identity(job, urn, &mut warnings)?;
-    let data = match data {
-        None => Slot::Absent,
-        Some(raw) => raw_slot(object_member(raw, &["data"])?, true, &["data"])?,
+    let job = resolve_identity(frame.job, frame.urn, &mut warnings);
+    let envelope = Envelope {
+        job,
+        trace_id: slot(frame.trace_id),
+        data: raw_slot(frame.data, true, &["data"])?,
+        meta,
+        attempts: slot(frame.attempts),
+        dead_letter: raw_slot(frame.dead_letter, false, &["dead_letter"])?,
+        extras: extras(frame.extras, &[])?,
     };
-    let dead_letter = match dead_letter {
-        None => Slot::Absent,
-        Some(raw) => raw_slot(
-            object_member(raw, &["dead_letter"])?,
-            false,
-            &["dead_letter"],
-        )?,
-    };
-
     report(&warnings);
-    Ok(Decoded {
-        envelope: Envelope {
-            job,
-            trace_id,
-            data,
-            meta,
-            attempts,
-            dead_letter,
-            extras,
-        },
-        warnings,
-    })
+    Ok(Decoded { envelope, warnings })
+}
+
+fn parse_failure(text: &str, error: serde_json::Error) -> PoisonCause {
+    let starts_object = text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{');
+    if !starts_object && serde_json::from_str::<de::IgnoredAny>(text).is_ok() {
+        PoisonCause::NotAnObject
+    } else {
+        PoisonCause::InvalidJson(error.to_string())
+    }
 }
 
 fn dropped(pointer: &str) -> Warning {
@@ -424,17 +355,14 @@ fn dropped(pointer: &str) -> Warning {
 }
 
 fn resolve_identity(
-    job: Option<&RawValue>,
-    urn: Option<&RawValue>,
+    job: Option<Typed<String>>,
+    urn: Option<Typed<String>>,
     warnings: &mut Vec<Warning>,
-) -> Result<String, PoisonCause> {
+) -> String {
     let job = match job {
         None => None,
-        Some(raw) if raw.get().starts_with('"') => match string_member(raw, &["job"])? {
-            Slot::Set(text) => Some(text),
-            _ => None,
-        },
-        Some(_) => {
+        Some(Typed::Value(text)) => Some(text),
+        Some(Typed::Null | Typed::Other) => {
             warnings.push(Warning {
                 pointer: "/job".to_owned(),
                 message: "ignored the non-string envelope key /job (identity falls back to urn)"
@@ -444,61 +372,41 @@ fn resolve_identity(
         }
     };
     let job_valid = job.as_deref().is_some_and(|text| !is_blank(text));
-    let Some(raw) = urn else {
-        return Ok(job.unwrap_or_default());
-    };
-    if job_valid {
-        warnings.push(Warning {
-            pointer: "/urn".to_owned(),
-            message: "dropped the urn alias: a valid job is present and wins".to_owned(),
-        });
-        return Ok(job.unwrap_or_default());
-    }
-    let alias = if raw.get().starts_with('"') {
-        match string_member(raw, &["urn"])? {
-            Slot::Set(text) => Some(text),
-            _ => None,
+    match urn {
+        None => job.unwrap_or_default(),
+        Some(_) if job_valid => {
+            warnings.push(Warning {
+                pointer: "/urn".to_owned(),
+                message: "dropped the urn alias: a valid job is present and wins".to_owned(),
+            });
+            job.unwrap_or_default()
         }
-    } else {
-        None
-    };
-    Ok(match alias {
-        Some(alias) if !is_blank(&alias) => alias,
-        _ => job.unwrap_or_default(),
-    })
-}
-
-fn decode_meta(text: &str) -> Result<(Meta, Vec<&'static str>), PoisonCause> {
-    let mut meta = Meta::default();
-    let mut forbidden = Vec::new();
-    for (key, raw) in object_members(text)? {
-        let path = ["meta", key.as_ref()];
-        match key.as_ref() {
-            "id" => meta.id = string_member(raw, &path)?,
-            "queue" => meta.queue = string_member(raw, &path)?,
-            "lang" => meta.lang = string_member(raw, &path)?,
-            "schema_version" => meta.schema_version = integer_member(raw, &path)?,
-            "created_at" => meta.created_at = integer_member(raw, &path)?,
-            other => match FORBIDDEN_META.iter().find(|k| **k == other) {
-                Some(known) => forbidden.push(*known),
-                None => upsert(&mut meta.extras, other, extra_value(raw, &path)?),
-            },
-        }
+        Some(Typed::Value(alias)) if !is_blank(&alias) => alias,
+        Some(_) => job.unwrap_or_default(),
     }
-    Ok((meta, forbidden))
 }
 
 fn check_dead_letter(text: &str) -> Result<(), PoisonCause> {
     for (key, raw) in object_members(text)? {
-        let path = ["dead_letter", key.as_ref()];
-        match key.as_ref() {
-            "reason" | "error" | "exception" | "original_queue" | "lang" => {
-                string_member(raw, &path)?;
-            }
-            "failed_at" | "attempts" => {
-                integer_member(raw, &path)?;
-            }
-            _ => {}
+        let (ok, problem) = match key.as_ref() {
+            "reason" | "error" | "exception" | "original_queue" | "lang" => (
+                !matches!(
+                    serde_json::from_str::<Typed<String>>(raw.get()),
+                    Ok(Typed::Other) | Err(_)
+                ),
+                NOT_STRING,
+            ),
+            "failed_at" | "attempts" => (
+                !matches!(
+                    serde_json::from_str::<Typed<i64>>(raw.get()),
+                    Ok(Typed::Other) | Err(_)
+                ),
+                NOT_INTEGER,
+            ),
+            _ => (true, ""),
+        };
+        if !ok {
+            return Err(member_error(pointer(&["dead_letter", &key]), problem));
         }
     }
     Ok(())

@@ -40,6 +40,7 @@ mod make;
 pub mod projection;
 mod rawjson;
 pub mod schema;
+mod typed;
 pub mod urn;
 pub mod whitespace;
 

@@ -83,7 +83,9 @@ pub(crate) fn compact(raw: &str, finite_numbers: bool) -> Result<Cow<'_, str>, S
 }
 
 fn is_finite_number(literal: &str) -> bool {
-    literal.parse::<f64>().is_ok_and(f64::is_finite)
+    // Without an exponent, fewer than 309 digits cannot reach f64::MAX (about 1.8e308).
+    let plain = literal.len() < 309 && !literal.bytes().any(|b| b == b'e' || b == b'E');
+    plain || literal.parse::<f64>().is_ok_and(f64::is_finite)
 }
 
 /// Index just past the string literal that opens at `start`, checking surrogate escapes.
@@ -126,33 +128,33 @@ fn skip_string(bytes: &[u8], start: usize) -> Result<usize, Strictness> {
 /// written as they are, the way every BabelQueue SDK writes them.
 pub(crate) fn push_str_literal(out: &mut String, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(text.len() + 2);
     out.push('"');
     let bytes = text.as_bytes();
-    let mut copied = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
-        let escape: Option<&str> = match byte {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0x08 => Some("\\b"),
-            0x0C => Some("\\f"),
-            0x00..=0x1F => None,
-            _ => continue,
-        };
-        out.push_str(&text[copied..i]);
-        match escape {
-            Some(seq) => out.push_str(seq),
-            None => {
+    let mut start = 0;
+    while let Some(offset) = bytes[start..]
+        .iter()
+        .position(|&b| b < 0x20 || b == b'"' || b == b'\\')
+    {
+        let i = start + offset;
+        out.push_str(&text[start..i]);
+        match bytes[i] {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0C => out.push_str("\\f"),
+            byte => {
                 out.push_str("\\u00");
                 out.push(char::from(HEX[usize::from(byte >> 4)]));
                 out.push(char::from(HEX[usize::from(byte & 0xF)]));
             }
         }
-        copied = i + 1;
+        start = i + 1;
     }
-    out.push_str(&text[copied..]);
+    out.push_str(&text[start..]);
     out.push('"');
 }
 

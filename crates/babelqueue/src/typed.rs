@@ -1,0 +1,333 @@
+//! One pass over a body: the known members are deserialised straight into their types, and a
+//! member of the wrong type is recorded (as the Go reference's typed decode would reject it)
+//! without stopping the parse, so every occurrence of a repeated member is checked.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// A member name, borrowed from the body unless it holds escapes.
+pub(crate) struct Key<'de>(pub(crate) Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A member read as `T` when it has the expected JSON type.
+#[derive(Debug)]
+pub(crate) enum Typed<T> {
+    /// The expected type.
+    Value(T),
+    /// `null`.
+    Null,
+    /// Any other JSON type (the value was consumed and checked for syntax only).
+    Other,
+}
+
+macro_rules! other_types {
+    ($($method:ident($ty:ty)),* $(,)?) => {
+        $(fn $method<E: de::Error>(self, _: $ty) -> Result<Self::Value, E> { Ok(Typed::Other) })*
+    };
+}
+
+macro_rules! drain_containers {
+    () => {
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Typed::Null)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Typed::Other)
+        }
+    };
+}
+
+struct TextVisitor;
+
+impl<'de> Visitor<'de> for TextVisitor {
+    type Value = Typed<String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Typed::Value(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Typed::Value(v))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Typed::Other)
+    }
+    other_types!(
+        visit_bool(bool),
+        visit_i64(i64),
+        visit_u64(u64),
+        visit_f64(f64)
+    );
+    drain_containers!();
+}
+
+impl<'de> Deserialize<'de> for Typed<String> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+struct IntVisitor;
+
+impl<'de> Visitor<'de> for IntVisitor {
+    type Value = Typed<i64>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Typed::Value(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(i64::try_from(v).map_or(Typed::Other, Typed::Value))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Typed::Other)
+    }
+    other_types!(visit_bool(bool), visit_f64(f64), visit_str(&str));
+    drain_containers!();
+}
+
+impl<'de> Deserialize<'de> for Typed<i64> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(IntVisitor)
+    }
+}
+
+/// The members of the `meta` object, read in the same pass.
+#[derive(Debug, Default)]
+pub(crate) struct MetaFields<'de> {
+    pub(crate) id: Option<Typed<String>>,
+    pub(crate) queue: Option<Typed<String>>,
+    pub(crate) lang: Option<Typed<String>>,
+    pub(crate) schema_version: Option<Typed<i64>>,
+    pub(crate) created_at: Option<Typed<i64>>,
+    /// Forbidden keys seen, as they are spelled in the forbidden table.
+    pub(crate) forbidden: Vec<&'static str>,
+    pub(crate) extras: Vec<(Cow<'de, str>, &'de RawValue)>,
+    /// The first member of the wrong type, as `(key, problem)`.
+    pub(crate) wrong: Option<(&'static str, &'static str)>,
+}
+
+fn check<T>(
+    slot: &mut Option<Typed<T>>,
+    value: Typed<T>,
+    key: &'static str,
+    problem: &'static str,
+    wrong: &mut Option<(&'static str, &'static str)>,
+) {
+    if matches!(value, Typed::Other) && wrong.is_none() {
+        *wrong = Some((key, problem));
+    }
+    *slot = Some(value);
+}
+
+pub(crate) const NOT_STRING: &str = "is not a string";
+pub(crate) const NOT_INTEGER: &str = "is not an integer that fits 64 bits";
+
+struct MetaVisitor;
+
+impl<'de> Visitor<'de> for MetaVisitor {
+    type Value = Typed<MetaFields<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut meta = MetaFields::default();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            match key.as_ref() {
+                "id" => check(
+                    &mut meta.id,
+                    map.next_value()?,
+                    "id",
+                    NOT_STRING,
+                    &mut meta.wrong,
+                ),
+                "queue" => check(
+                    &mut meta.queue,
+                    map.next_value()?,
+                    "queue",
+                    NOT_STRING,
+                    &mut meta.wrong,
+                ),
+                "lang" => check(
+                    &mut meta.lang,
+                    map.next_value()?,
+                    "lang",
+                    NOT_STRING,
+                    &mut meta.wrong,
+                ),
+                "schema_version" => check(
+                    &mut meta.schema_version,
+                    map.next_value()?,
+                    "schema_version",
+                    NOT_INTEGER,
+                    &mut meta.wrong,
+                ),
+                "created_at" => check(
+                    &mut meta.created_at,
+                    map.next_value()?,
+                    "created_at",
+                    NOT_INTEGER,
+                    &mut meta.wrong,
+                ),
+                other => {
+                    let value: &'de RawValue = map.next_value()?;
+                    match crate::envelope::FORBIDDEN_META
+                        .iter()
+                        .find(|k| **k == other)
+                    {
+                        Some(known) => {
+                            if !meta.forbidden.contains(known) {
+                                meta.forbidden.push(known);
+                            }
+                        }
+                        None => meta.extras.push((key, value)),
+                    }
+                }
+            }
+        }
+        Ok(Typed::Value(meta))
+    }
+    other_types!(
+        visit_bool(bool),
+        visit_i64(i64),
+        visit_u64(u64),
+        visit_f64(f64),
+        visit_str(&str)
+    );
+    drain_containers!();
+}
+
+impl<'de> Deserialize<'de> for Typed<MetaFields<'de>> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(MetaVisitor)
+    }
+}
+
+/// The top level of a body, in one pass.
+#[derive(Debug, Default)]
+pub(crate) struct Frame<'de> {
+    pub(crate) job: Option<Typed<String>>,
+    pub(crate) urn: Option<Typed<String>>,
+    pub(crate) trace_id: Option<Typed<String>>,
+    pub(crate) attempts: Option<Typed<i64>>,
+    pub(crate) data: Option<&'de RawValue>,
+    pub(crate) meta: Option<Typed<MetaFields<'de>>>,
+    pub(crate) dead_letter: Option<&'de RawValue>,
+    pub(crate) timestamp: bool,
+    pub(crate) extras: Vec<(Cow<'de, str>, &'de RawValue)>,
+    /// The first member of the wrong type, as `(pointer, problem)`.
+    pub(crate) wrong: Option<(String, &'static str)>,
+}
+
+impl Frame<'_> {
+    fn flag(&mut self, pointer: impl FnOnce() -> String, problem: &'static str) {
+        if self.wrong.is_none() {
+            self.wrong = Some((pointer(), problem));
+        }
+    }
+}
+
+fn object_or_null(raw: &RawValue) -> bool {
+    let text = raw.get();
+    text.starts_with('{') || text == "null"
+}
+
+impl<'de> Deserialize<'de> for Frame<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FrameVisitor;
+        impl<'de> Visitor<'de> for FrameVisitor {
+            type Value = Frame<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut frame = Frame::default();
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    match key.as_ref() {
+                        "job" => frame.job = Some(map.next_value()?),
+                        "urn" => frame.urn = Some(map.next_value()?),
+                        "trace_id" => {
+                            let value: Typed<String> = map.next_value()?;
+                            if matches!(value, Typed::Other) {
+                                frame.flag(|| "/trace_id".to_owned(), NOT_STRING);
+                            }
+                            frame.trace_id = Some(value);
+                        }
+                        "attempts" => {
+                            let value: Typed<i64> = map.next_value()?;
+                            if matches!(value, Typed::Other) {
+                                frame.flag(|| "/attempts".to_owned(), NOT_INTEGER);
+                            }
+                            frame.attempts = Some(value);
+                        }
+                        "data" => {
+                            let value: &'de RawValue = map.next_value()?;
+                            if !object_or_null(value) {
+                                frame.flag(|| "/data".to_owned(), "is not an object");
+                            }
+                            frame.data = Some(value);
+                        }
+                        "dead_letter" => {
+                            let value: &'de RawValue = map.next_value()?;
+                            if !object_or_null(value) {
+                                frame.flag(|| "/dead_letter".to_owned(), "is not an object");
+                            }
+                            frame.dead_letter = Some(value);
+                        }
+                        "meta" => {
+                            let value: Typed<MetaFields<'de>> = map.next_value()?;
+                            match &value {
+                                Typed::Other => {
+                                    frame.flag(|| "/meta".to_owned(), "is not an object")
+                                }
+                                Typed::Value(meta) => {
+                                    if let Some((key, problem)) = meta.wrong {
+                                        frame.flag(|| format!("/meta/{key}"), problem);
+                                    }
+                                }
+                                Typed::Null => {}
+                            }
+                            frame.meta = Some(value);
+                        }
+                        "timestamp" => {
+                            map.next_value::<IgnoredAny>()?;
+                            frame.timestamp = true;
+                        }
+                        _ => {
+                            let value: &'de RawValue = map.next_value()?;
+                            frame.extras.push((key, value));
+                        }
+                    }
+                }
+                Ok(frame)
+            }
+        }
+        deserializer.deserialize_map(FrameVisitor)
+    }
+}
