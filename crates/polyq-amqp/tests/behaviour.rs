@@ -61,6 +61,9 @@ on_both_brokers!(
     per_message_expiration_dead_letters_with_the_original_expiration,
     max_length_drops_the_oldest_into_the_dead_letter_exchange,
     deleting_a_queue_ends_its_consumers,
+    a_closed_client_refuses_work_and_its_consumers_end,
+    exclusive_consumer_keeps_others_off_the_queue,
+    auto_delete_queue_goes_with_its_last_consumer,
 );
 
 /// How long an absence is watched for: a delivery that a broker was about to make arrives well
@@ -808,4 +811,81 @@ async fn deleting_a_queue_ends_its_consumers(fx: Arc<Fixture>) {
     );
     let ended = within("the consumer to end", consumer.next()).await;
     assert!(ended.is_none(), "then the stream ends: {ended:?}");
+}
+
+async fn a_closed_client_refuses_work_and_its_consumers_end(fx: Arc<Fixture>) {
+    let queue = fx.name("closing");
+    fx.queue(transient(&queue)).await;
+    acked(&fx.client, "", &queue, "held").await;
+    let client = fx.connect().await;
+    let mut consumer = client
+        .consume(&queue, &ConsumeOptions::default())
+        .await
+        .unwrap();
+    let held = next(&mut consumer).await;
+    client.close().await.unwrap();
+
+    let after = within("the consumer to end", consumer.next()).await;
+    assert!(
+        after.is_none(),
+        "the consumer of a closed client ends: {after:?}"
+    );
+    let settled = held.ack().await;
+    assert!(matches!(settled, Err(Error::StaleDelivery)), "{settled:?}");
+    let inspected = client.inspect_queue(&queue).await;
+    assert!(matches!(inspected, Err(Error::Closed)), "{inspected:?}");
+    let published = client.publish(message("", &queue, "late")).await.map(drop);
+    assert!(matches!(published, Err(Error::Closed)), "{published:?}");
+}
+
+async fn exclusive_consumer_keeps_others_off_the_queue(fx: Arc<Fixture>) {
+    let queue = fx.name("exclusive-consumer");
+    fx.queue(transient(&queue)).await;
+    let exclusive = ConsumeOptions {
+        exclusive: true,
+        ..ConsumeOptions::default()
+    };
+    let only = fx.client.consume(&queue, &exclusive).await.unwrap();
+    let other = fx.connect().await;
+    let refused = other
+        .consume(&queue, &ConsumeOptions::default())
+        .await
+        .map(drop);
+    // RabbitMQ answers 403 ACCESS_REFUSED, which has no variant of its own.
+    assert!(
+        matches!(&refused, Err(Error::Protocol { reason, .. }) if reason.contains("ACCESS_REFUSED")),
+        "{refused:?}"
+    );
+    only.cancel().await.unwrap();
+}
+
+async fn auto_delete_queue_goes_with_its_last_consumer(fx: Arc<Fixture>) {
+    let queue = fx.name("auto-delete");
+    let spec = QueueSpec {
+        auto_delete: true,
+        durable: false,
+        ..QueueSpec::new(&queue)
+    };
+    fx.client.declare_queue(&spec).await.unwrap();
+    let first = fx
+        .client
+        .consume(&queue, &ConsumeOptions::default())
+        .await
+        .unwrap();
+    let second = fx
+        .client
+        .consume(&queue, &ConsumeOptions::default())
+        .await
+        .unwrap();
+    first.cancel().await.unwrap();
+    assert!(
+        fx.client.inspect_queue(&queue).await.is_ok(),
+        "the queue stays while a consumer remains"
+    );
+    second.cancel().await.unwrap();
+    let observer = fx.connect().await;
+    within("the queue to go with its last consumer", async {
+        while observer.inspect_queue(&queue).await.is_ok() {}
+    })
+    .await;
 }

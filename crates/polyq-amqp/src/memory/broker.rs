@@ -228,9 +228,9 @@ impl Broker {
         let operation = || format!("delete exchange `{name}`");
         refuse_default_exchange(name, operation)?;
         if SYSTEM_EXCHANGES.iter().any(|(system, _)| *system == name) {
-            return Err(precondition(
+            return Err(access_refused(
                 operation(),
-                "system exchanges cannot be deleted (ACCESS_REFUSED)",
+                format!("deletion of system exchange '{name}' not allowed"),
             ));
         }
         self.write().exchanges.remove(name);
@@ -531,18 +531,28 @@ impl Broker {
     }
 }
 
-fn precondition(operation: String, reason: impl Into<String>) -> Error {
+/// RabbitMQ's 406 PRECONDITION_FAILED, worded as the `amqp://` client reports it.
+fn precondition(operation: String, reason: impl std::fmt::Display) -> Error {
     Error::Precondition {
         operation,
-        reason: reason.into(),
+        reason: format!("PRECONDITION_FAILED - {reason}"),
+    }
+}
+
+/// RabbitMQ's 403 ACCESS_REFUSED, which the `amqp://` client reports as a protocol error with
+/// the reply code and text.
+pub(super) fn access_refused(operation: String, reason: impl std::fmt::Display) -> Error {
+    Error::Protocol {
+        operation,
+        reason: format!("403 ACCESS_REFUSED - {reason}"),
     }
 }
 
 fn refuse_default_exchange(name: &str, operation: impl Fn() -> String) -> Result<()> {
     if name.is_empty() {
-        Err(precondition(
+        Err(access_refused(
             operation(),
-            "operation not permitted on the default exchange (ACCESS_REFUSED)",
+            "operation not permitted on the default exchange",
         ))
     } else {
         Ok(())
@@ -551,9 +561,9 @@ fn refuse_default_exchange(name: &str, operation: impl Fn() -> String) -> Result
 
 fn refuse_reserved_name(kind: &str, name: &str, operation: impl Fn() -> String) -> Result<()> {
     if name.starts_with("amq.") {
-        Err(precondition(
+        Err(access_refused(
             operation(),
-            format!("{kind} name '{name}' contains reserved prefix 'amq.*' (ACCESS_REFUSED)"),
+            format!("{kind} name '{name}' contains reserved prefix 'amq.*'"),
         ))
     } else {
         Ok(())

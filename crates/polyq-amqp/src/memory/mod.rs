@@ -157,12 +157,7 @@ impl MemoryClient {
             .broker
             .queue(connection.id, queue, "consume from")?;
         let id = connection.broker.next_id();
-        let effects = queue
-            .add_consumer(id, connection.id, options.prefetch, options.exclusive)
-            .map_err(|reason| Error::Precondition {
-                operation: format!("consume from queue `{}`", queue.name()),
-                reason,
-            })?;
+        let effects = queue.add_consumer(id, connection.id, options.prefetch, options.exclusive)?;
         connection.uses(&queue);
         connection.broker.apply(&queue, effects);
         let consumer = Consumer::new(Source::new(Arc::clone(&self.connection), queue), id);

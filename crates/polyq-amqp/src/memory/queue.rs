@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::args::{Overflow, QueueArgs};
-use super::broker::Broker;
+use super::broker::{Broker, access_refused};
 use super::dead_letter::Reason;
 use crate::error::{Error, Result};
 use crate::message::OutgoingMessage;
@@ -216,12 +216,17 @@ impl Queue {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Refuses access by another connection to an exclusive queue (RabbitMQ's RESOURCE_LOCKED).
+    /// Refuses access by another connection to an exclusive queue (RabbitMQ's 405
+    /// RESOURCE_LOCKED).
     pub(super) fn check_access(&self, connection: u64, operation: &str) -> Result<()> {
         match self.owner {
             Some(owner) if owner != connection => Err(Error::Precondition {
                 operation: format!("{operation} queue `{}`", self.name()),
-                reason: "it is exclusive to another connection (RESOURCE_LOCKED)".to_owned(),
+                reason: format!(
+                    "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{}': \
+                     it is exclusive to another connection",
+                    self.name()
+                ),
             }),
             _ => Ok(()),
         }
@@ -332,27 +337,37 @@ impl Queue {
         (handout, fx)
     }
 
-    /// Registers a consumer. Refused, with the reason, when exclusivity forbids it.
+    /// Registers a consumer, unless the queue is gone or exclusivity forbids it.
     pub(super) fn add_consumer(
         &self,
         id: u64,
         connection: u64,
         prefetch: u16,
         exclusive: bool,
-    ) -> std::result::Result<Effects, String> {
+    ) -> Result<Effects> {
         let mut fx = Effects::default();
         let mut state = self.lock();
+        let operation = || format!("consume from queue `{}`", self.name());
         if state.deleted {
-            return Err("the queue was deleted".to_owned());
+            return Err(Error::NotFound {
+                kind: "queue",
+                name: self.name().to_owned(),
+            });
         }
         if state.consumers.iter().any(|slot| slot.exclusive) {
-            return Err("the queue has an exclusive consumer (ACCESS_REFUSED)".to_owned());
+            return Err(access_refused(
+                operation(),
+                format!("queue '{}' in exclusive use", self.name()),
+            ));
         }
         if exclusive && !state.consumers.is_empty() {
-            return Err(
-                "cannot obtain exclusive access: the queue has consumers (ACCESS_REFUSED)"
-                    .to_owned(),
-            );
+            return Err(access_refused(
+                operation(),
+                format!(
+                    "cannot obtain exclusive access to queue '{}': it has consumers",
+                    self.name()
+                ),
+            ));
         }
         state.consumers.push(Slot {
             id,

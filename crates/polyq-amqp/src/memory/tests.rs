@@ -526,7 +526,17 @@ async fn exclusive_consumer_refuses_others() {
     let _only = client.consume("q", &exclusive).await.unwrap();
     assert!(matches!(
         client.consume("q", &ConsumeOptions::default()).await,
-        Err(Error::Precondition { .. })
+        Err(Error::Protocol { reason, .. }) if reason.contains("in exclusive use")
+    ));
+    let other = Client::connect(&client.url()).await.unwrap();
+    other.declare_queue(&QueueSpec::new("r")).await.unwrap();
+    let _shared = other
+        .consume("r", &ConsumeOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        client.consume("r", &exclusive).await,
+        Err(Error::Protocol { reason, .. }) if reason.contains("cannot obtain exclusive access")
     ));
 }
 
@@ -581,7 +591,7 @@ async fn declarations_follow_rabbitmq_equivalence() {
         client.bind_queue(&Binding::new("q", "", "q")).await,
     ] {
         assert!(
-            matches!(refused, Err(Error::Precondition { .. })),
+            matches!(&refused, Err(Error::Protocol { reason, .. }) if reason.starts_with("403 ACCESS_REFUSED")),
             "{refused:?}"
         );
     }
