@@ -64,6 +64,7 @@ on_both_brokers!(
     a_closed_client_refuses_work_and_its_consumers_end,
     exclusive_consumer_keeps_others_off_the_queue,
     auto_delete_queue_goes_with_its_last_consumer,
+    redeclaring_differently_fails_as_on_rabbitmq,
 );
 
 /// How long an absence is watched for: a delivery that a broker was about to make arrives well
@@ -888,4 +889,61 @@ async fn auto_delete_queue_goes_with_its_last_consumer(fx: Arc<Fixture>) {
         while observer.inspect_queue(&queue).await.is_ok() {}
     })
     .await;
+}
+
+async fn redeclaring_differently_fails_as_on_rabbitmq(fx: Arc<Fixture>) {
+    let queue = fx.name("redeclared");
+    let spec = transient(&queue).argument("x-message-ttl", FieldValue::I32(1000));
+    fx.queue(spec.clone()).await;
+    fx.client
+        .declare_queue(&spec)
+        .await
+        .expect("an equal redeclaration is accepted");
+    let wider = transient(&queue).argument("x-message-ttl", FieldValue::I64(1000));
+    fx.client
+        .declare_queue(&wider)
+        .await
+        .expect("integer widths are one class");
+    let unknown = spec.clone().argument("x-polyq-ignored", FieldValue::I32(1));
+    fx.client
+        .declare_queue(&unknown)
+        .await
+        .expect("unchecked arguments are ignored");
+
+    let precondition = |result: Result<(), Error>, about: &str| {
+        assert!(
+            matches!(&result, Err(Error::Precondition { reason, .. }) if reason.contains(about)),
+            "expected a precondition failure about {about}: {result:?}"
+        );
+    };
+    let other_ttl = transient(&queue).argument("x-message-ttl", FieldValue::I32(2000));
+    precondition(
+        fx.client.declare_queue(&other_ttl).await.map(drop),
+        "x-message-ttl",
+    );
+    let durable = QueueSpec::new(&queue).argument("x-message-ttl", FieldValue::I32(1000));
+    precondition(fx.client.declare_queue(&durable).await.map(drop), "durable");
+    let text_ttl = transient(&fx.name("bad-ttl")).argument("x-message-ttl", "soon".into());
+    precondition(
+        fx.client.declare_queue(&text_ttl).await.map(drop),
+        "x-message-ttl",
+    );
+
+    let exchange = fx.name("redeclared");
+    fx.exchange(ExchangeSpec::new(&exchange, ExchangeKind::Direct))
+        .await;
+    let topic = ExchangeSpec::new(&exchange, ExchangeKind::Topic);
+    precondition(fx.client.declare_exchange(&topic).await, "type");
+
+    let access_refused = |result: Result<(), Error>| {
+        assert!(
+            matches!(&result, Err(Error::Protocol { reason, .. }) if reason.contains("ACCESS_REFUSED")),
+            "expected ACCESS_REFUSED: {result:?}"
+        );
+    };
+    let reserved = transient(&format!("amq.{}", fx.name("reserved")));
+    access_refused(fx.client.declare_queue(&reserved).await.map(drop));
+    let default = ExchangeSpec::new("", ExchangeKind::Direct);
+    access_refused(fx.client.declare_exchange(&default).await);
+    access_refused(fx.client.delete_exchange("amq.direct").await);
 }
