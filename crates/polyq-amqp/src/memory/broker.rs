@@ -270,7 +270,12 @@ impl Broker {
     }
 
     /// The queue named `name`, if this connection may use it.
-    pub(super) fn queue(&self, connection: u64, name: &str, operation: &str) -> Result<Arc<Queue>> {
+    pub(super) fn queue(
+        self: &Arc<Self>,
+        connection: u64,
+        name: &str,
+        operation: &str,
+    ) -> Result<Arc<Queue>> {
         let queue = self
             .read()
             .queues
@@ -281,6 +286,11 @@ impl Broker {
                 name: name.to_owned(),
             })?;
         queue.check_access(connection, operation)?;
+        // The runtime that ran the expiry task may have shut down since (each test has its own);
+        // whoever uses the queue next restarts it.
+        if queue.needs_expiry(None) {
+            queue.ensure_expiry(self);
+        }
         Ok(queue)
     }
 

@@ -806,6 +806,11 @@ fn expiry_survives_the_runtime_that_started_it() {
     runtime().block_on(async {
         let client = Client::connect(&url).await.unwrap();
         publish(&client, "", "q", "x").await;
+    });
+    runtime().block_on(async {
+        let client = Client::connect(&url).await.unwrap();
+        // Using the queue restarts its expiry task on this runtime.
+        assert_eq!(ready(&client, "q").await, 1);
         tokio::time::advance(Duration::from_millis(10)).await;
         settle_timers().await;
         assert_eq!(ready(&client, "dead").await, 1);
