@@ -65,6 +65,7 @@ on_both_brokers!(
     exclusive_consumer_keeps_others_off_the_queue,
     auto_delete_queue_goes_with_its_last_consumer,
     redeclaring_differently_fails_as_on_rabbitmq,
+    consumers_of_one_queue_take_turns,
 );
 
 /// How long an absence is watched for: a delivery that a broker was about to make arrives well
@@ -946,4 +947,26 @@ async fn redeclaring_differently_fails_as_on_rabbitmq(fx: Arc<Fixture>) {
     let default = ExchangeSpec::new("", ExchangeKind::Direct);
     access_refused(fx.client.declare_exchange(&default).await);
     access_refused(fx.client.delete_exchange("amq.direct").await);
+}
+
+async fn consumers_of_one_queue_take_turns(fx: Arc<Fixture>) {
+    let queue = fx.name("turns");
+    fx.queue(transient(&queue)).await;
+    let unlimited = ConsumeOptions::default().prefetch(0);
+    let mut first = fx.client.consume(&queue, &unlimited).await.unwrap();
+    let mut second = fx.client.consume(&queue, &unlimited).await.unwrap();
+    for n in 0..6 {
+        acked(&fx.client, "", &queue, &n.to_string()).await;
+    }
+    let mut bodies = BTreeSet::new();
+    for consumer in [&mut first, &mut second] {
+        for _ in 0..3 {
+            let delivery = next(consumer).await;
+            bodies.insert(delivery.body.to_vec());
+            delivery.ack().await.unwrap();
+        }
+    }
+    nothing_more(&mut first).await;
+    nothing_more(&mut second).await;
+    assert_eq!(bodies.len(), 6, "each message went to exactly one consumer");
 }
