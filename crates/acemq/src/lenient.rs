@@ -102,7 +102,16 @@ pub(crate) fn to_epoch_millis(at: OffsetDateTime) -> i64 {
 /// The instant with everything below the millisecond dropped, in UTC: the precision both
 /// timestamp headers carry.
 pub(crate) fn truncate_to_millis(at: OffsetDateTime) -> OffsetDateTime {
-    from_epoch_millis(to_epoch_millis(at)).unwrap_or(at)
+    let at = if at.offset() == UtcOffset::UTC {
+        at
+    } else {
+        at.to_offset(UtcOffset::UTC)
+    };
+    let below_millis = at.nanosecond() % 1_000_000;
+    // Replacing the sub-second part keeps this off the calendar arithmetic of a full
+    // conversion, which the wire path would otherwise pay on every read.
+    at.replace_nanosecond(at.nanosecond() - below_millis)
+        .unwrap_or(at)
 }
 
 /// RFC 3339 in UTC with exactly three fractional digits and `Z`:
@@ -210,6 +219,17 @@ mod tests {
             assert_eq!(instant(Some(&value)), expected, "{value:?}");
         }
         assert_eq!(instant(Some(&FieldValue::from("yesterday"))), None);
+    }
+
+    #[test]
+    fn truncation_drops_below_the_millisecond_and_moves_to_utc() {
+        let at = time::macros::datetime!(2026-02-03 05:05:06.789_999 +01:00);
+        let truncated = truncate_to_millis(at);
+        assert_eq!(
+            truncated,
+            time::macros::datetime!(2026-02-03 04:05:06.789 UTC)
+        );
+        assert_eq!(truncated.offset(), UtcOffset::UTC);
     }
 
     #[test]
