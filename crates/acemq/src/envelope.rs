@@ -176,6 +176,37 @@ impl Envelope {
             .build()
     }
 
+    /// The envelope a replay republishes: back to attempt 1 (so the message gets the whole
+    /// retry ladder again), stamped with the queue it came back from, the replay time and a
+    /// replay count one higher. Everything else is kept, first seen included (an age-limited
+    /// policy may therefore give up on a replayed message at its first failure), and so is the
+    /// error that put it aside, as Java keeps it.
+    ///
+    /// ```
+    /// use acemq::Envelope;
+    /// use time::macros::datetime;
+    ///
+    /// let failed = Envelope::of("t").attempt(5).error("exhausted 5 attempts: boom").build()?;
+    /// let replayed = failed.for_replay("orders.new.dlq", datetime!(2026-02-03 04:05:06.789 UTC));
+    /// assert_eq!(replayed.attempt(), 1);
+    /// assert_eq!(replayed.replay_count(), 1);
+    /// assert_eq!(replayed.replayed_from(), Some("orders.new.dlq"));
+    /// assert_eq!(replayed.error(), failed.error());
+    /// assert_eq!(replayed.first_seen(), failed.first_seen());
+    /// assert_eq!(replayed.for_replay("orders.new.dlq", datetime!(2026-02-04 00:00 UTC)).replay_count(), 2);
+    /// # Ok::<(), acemq::Error>(())
+    /// ```
+    pub fn for_replay(&self, from_queue: &str, at: OffsetDateTime) -> Envelope {
+        self.to_builder()
+            .attempt(1)
+            .replayed_from(from_queue)
+            .replayed_at(at)
+            // Bounded like every counter on the wire; a message replayed two billion times
+            // keeps saying so rather than wrapping to zero.
+            .replay_count(self.replay_count.saturating_add(1).min(i32::MAX as u32))
+            .assemble(self.first_seen)
+    }
+
     /// A builder for a message caused by this one: correlation carried across, causation set
     /// to this message's id, origin inherited, and everything else new (id, first seen, attempt
     /// 1, no application headers).
