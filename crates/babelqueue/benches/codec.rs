@@ -71,6 +71,35 @@ fn benches(c: &mut Criterion) {
     group.bench_function("serde_json payload only, Value", |b| {
         b.iter(|| plain_round_trip(black_box(&value)))
     });
+    let made = babelqueue::make(
+        "urn:babel:orders:created",
+        &typed,
+        MakeOptions::new().queue("orders"),
+    )
+    .expect("payload is an object");
+    let body = made.encode().expect("envelope has a URN");
+    let decoded = babelqueue::decode(body.as_bytes())
+        .expect("canonical body decodes")
+        .envelope;
+    group.bench_function("piece: make", |b| {
+        b.iter(|| {
+            babelqueue::make(
+                "urn:babel:orders:created",
+                black_box(&typed),
+                MakeOptions::new().queue("orders"),
+            )
+        })
+    });
+    group.bench_function("piece: encode", |b| b.iter(|| black_box(&made).encode()));
+    group.bench_function("piece: decode", |b| {
+        b.iter(|| babelqueue::decode(black_box(body.as_bytes())))
+    });
+    group.bench_function("piece: data_as", |b| {
+        b.iter(|| black_box(&decoded).data_as::<Order>())
+    });
+    group.bench_function("piece: serde_json body to Value", |b| {
+        b.iter(|| serde_json::from_str::<Value>(black_box(&body)))
+    });
     group.finish();
 }
 
