@@ -440,7 +440,16 @@ mod tests {
 
     #[test]
     fn non_string_job_is_ignored_with_a_warning_and_falls_back() {
-        for job in ["null", "5", "false", "{}", "[]", "0"] {
+        for job in [
+            "null",
+            "5",
+            "false",
+            "{}",
+            "[]",
+            "0",
+            "1e400",
+            r#"{"n":-1e999}"#,
+        ] {
             let d = decode_str(&format!(r#"{{"job":{job},"urn":"b",{GOOD}}}"#)).unwrap();
             assert_eq!(d.envelope.urn(), Some("b"), "{job}");
             assert_eq!(pointers(&d), ["/job"], "{job}");

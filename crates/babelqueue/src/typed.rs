@@ -253,6 +253,34 @@ impl Frame<'_> {
     }
 }
 
+/// `job` and `urn` may hold any JSON value (a non-string is ignored, not poison), so they are read
+/// raw: a typed read would fail the whole body on a number such as `1e400`.
+fn identity(
+    raw: &RawValue,
+    pointer: &str,
+    wrong: &mut Option<(String, &'static str)>,
+) -> Typed<String> {
+    let text = raw.get();
+    if text == "null" {
+        return Typed::Null;
+    }
+    if !text.starts_with('"') {
+        return Typed::Other;
+    }
+    match serde_json::from_str(text) {
+        Ok(value) => Typed::Value(value),
+        Err(_) => {
+            if wrong.is_none() {
+                *wrong = Some((
+                    pointer.to_owned(),
+                    "holds an unpaired UTF-16 surrogate escape",
+                ));
+            }
+            Typed::Other
+        }
+    }
+}
+
 fn object_or_null(raw: &RawValue) -> bool {
     let text = raw.get();
     text.starts_with('{') || text == "null"
@@ -270,8 +298,14 @@ impl<'de> Deserialize<'de> for Frame<'de> {
                 let mut frame = Frame::default();
                 while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
                     match key.as_ref() {
-                        "job" => frame.job = Some(map.next_value()?),
-                        "urn" => frame.urn = Some(map.next_value()?),
+                        "job" => {
+                            let raw: &'de RawValue = map.next_value()?;
+                            frame.job = Some(identity(raw, "/job", &mut frame.wrong));
+                        }
+                        "urn" => {
+                            let raw: &'de RawValue = map.next_value()?;
+                            frame.urn = Some(identity(raw, "/urn", &mut frame.wrong));
+                        }
                         "trace_id" => {
                             let value: Typed<String> = map.next_value()?;
                             if matches!(value, Typed::Other) {

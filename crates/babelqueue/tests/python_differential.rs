@@ -144,6 +144,16 @@ fn corpus() -> Vec<Case> {
         );
     }
     add(
+        "job-overflowing-number-with-urn",
+        envelope(r#""job":1e400,"urn":"urn:babel:a:b","#, "").as_bytes(),
+        Frame::Value,
+    );
+    add(
+        "urn-overflowing-number",
+        envelope(r#""urn":-1e400,"#, "").as_bytes(),
+        Frame::Value,
+    );
+    add(
         "job-and-urn",
         envelope(r#""job":"urn:babel:a:b","urn":"urn:babel:c:d","#, "").as_bytes(),
         Frame::Bytes,
