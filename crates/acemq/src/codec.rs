@@ -145,7 +145,7 @@ pub(crate) struct Decoders<T> {
     decoders: Vec<Box<dyn Decode<T>>>,
 }
 
-impl<T> Decoders<T> {
+impl<T: 'static> Decoders<T> {
     pub(crate) fn new(first: Box<dyn Decode<T>>) -> Self {
         Self {
             decoders: vec![first],

@@ -5,11 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polyq_amqp::{Client, ClientOptions};
+use polyq_amqp::{OutgoingMessage, PublishOutcome};
 use serde::de::DeserializeOwned;
-use tokio::sync::Semaphore;
+use tokio::sync::{Mutex, OnceCell, Semaphore};
 
-use crate::codec::Json;
-use crate::consumer::ConsumerBuilder;
+use std::future::Future;
+
+use crate::codec::{Decode, Json};
+use crate::consumer::{Consumer, ConsumerBuilder, IntoOutcome, Message};
 use crate::interceptor::{ConsumeInterceptor, PublishInterceptor};
 use crate::provenance;
 use crate::publisher::Publisher;
@@ -42,6 +45,13 @@ pub struct AceMq {
 
 pub(crate) struct Shared {
     pub(crate) client: Client,
+    /// The connection the retry engine republishes on, opened on first use.
+    republisher: OnceCell<Client>,
+    /// One engine republish in flight at a time (see [`Shared::republish`]).
+    republishing: Mutex<()>,
+    /// The URL as given (with credentials), to open the republishing connection; never shown.
+    url: String,
+    options: ClientOptions,
     pub(crate) origin: String,
     pub(crate) transport: &'static str,
     pub(crate) outstanding: Arc<Semaphore>,
@@ -105,9 +115,72 @@ impl AceMq {
         ConsumerBuilder::new(self.clone(), queue.into(), Box::new(Json))
     }
 
+    /// A consumer of `queue` reading bodies with `decoder`, for payloads that are not JSON
+    /// ([`Text`](crate::codec::Text), [`Raw`](crate::codec::Raw), or a codec of your own).
+    pub fn consumer_with<T: Send + 'static>(
+        &self,
+        queue: impl Into<String>,
+        decoder: impl Decode<T>,
+    ) -> ConsumerBuilder<T> {
+        ConsumerBuilder::new(self.clone(), queue.into(), Box::new(decoder))
+    }
+
+    /// Starts a consumer of `queue` decoding JSON into `T` with every default (no retries,
+    /// prefetch 50, one handler at a time); see [`AceMq::consumer`] to configure one.
+    pub async fn consume<T, F, Fut, O>(
+        &self,
+        queue: impl Into<String>,
+        handler: F,
+    ) -> Result<Consumer, RuntimeError>
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(Message<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = O> + Send + 'static,
+        O: IntoOutcome + 'static,
+    {
+        self.consumer::<T>(queue).start(handler).await
+    }
+
     /// Closes the connection. Unsettled deliveries go back to their queues.
     pub async fn close(&self) -> Result<(), RuntimeError> {
-        Ok(self.shared.client.close().await?)
+        self.shared.close().await
+    }
+}
+
+impl Shared {
+    /// Publishes one of the retry engine's messages (a retry, or a set-aside into `.dlq` or
+    /// `.parked`) and waits for the broker's answer.
+    ///
+    /// These go on a connection of their own, one at a time: the AMQP client pairs a returned
+    /// (unroutable) message with whichever confirm arrives next on the channel, so with
+    /// several publishes awaiting confirms a return can be reported on the wrong one, and a
+    /// republish into a missing queue could look routed, after which the engine would
+    /// acknowledge the original and lose it. With one publish in flight on its channel, the
+    /// pairing is exact.
+    pub(crate) async fn republish(
+        &self,
+        message: OutgoingMessage,
+        timeout: Duration,
+    ) -> Result<PublishOutcome, String> {
+        let client = self
+            .republisher
+            .get_or_try_init(|| Client::connect_with(&self.url, self.options.clone()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let _one_at_a_time = self.republishing.lock().await;
+        let confirm = client.publish(message).await.map_err(|e| e.to_string())?;
+        match tokio::time::timeout(timeout, confirm).await {
+            Ok(outcome) => outcome.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no confirm within {timeout:?}")),
+        }
+    }
+
+    /// Closes both connections.
+    async fn close(&self) -> Result<(), RuntimeError> {
+        if let Some(republisher) = self.republisher.get() {
+            republisher.close().await?;
+        }
+        Ok(self.client.close().await?)
     }
 }
 
@@ -201,7 +274,7 @@ impl AceMqBuilder {
         let options = ClientOptions::default()
             .connection_name(client_name.clone())
             .recovery_wait(self.recovery_wait);
-        let client = Client::connect_with(&self.url, options).await?;
+        let client = Client::connect_with(&self.url, options.clone()).await?;
         let transport = if client.url().starts_with("memory:") {
             "memory"
         } else {
@@ -211,6 +284,10 @@ impl AceMqBuilder {
         Ok(AceMq {
             shared: Arc::new(Shared {
                 client,
+                republisher: OnceCell::new(),
+                republishing: Mutex::new(()),
+                url: self.url,
+                options: options.connection_name(format!("{client_name} (retries)")),
                 origin: provenance::origin(&client_name),
                 transport,
                 outstanding: Arc::new(Semaphore::new(self.max_outstanding_confirms)),

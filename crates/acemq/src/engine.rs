@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use polyq_amqp::{Acker, Client, FieldValue, OutgoingMessage, Properties, PublishOutcome};
+use polyq_amqp::{Acker, FieldValue, OutgoingMessage, Properties, PublishOutcome};
 use tokio_util::sync::CancellationToken;
 
+use crate::connection::Shared;
 use crate::retry::{RetryDecision, RetryPolicy, WaitPlace};
 use crate::telemetry::{ConsumeMetrics, ConsumeResult};
 use crate::{Envelope, headers, topology};
@@ -35,7 +36,7 @@ enum Republished {
 
 /// One consumer's engine.
 pub(crate) struct Engine {
-    pub(crate) client: Client,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) queue: Arc<str>,
     pub(crate) policy: RetryPolicy,
     pub(crate) metrics: ConsumeMetrics,
@@ -211,20 +212,15 @@ impl Engine {
     /// confirm.
     async fn republish(&self, queue: &str, properties: Properties, body: Bytes) -> Republished {
         let message = OutgoingMessage::new("", queue, properties, body);
-        let confirm = match self.client.publish(message).await {
-            Ok(confirm) => confirm,
-            Err(error) => return Republished::Failed(error.to_string()),
-        };
-        match tokio::time::timeout(REPUBLISH_CONFIRM_TIMEOUT, confirm).await {
-            Ok(Ok(PublishOutcome::Acked)) => Republished::Routed,
-            Ok(Ok(PublishOutcome::Returned(_))) => Republished::Unroutable,
-            Ok(Ok(PublishOutcome::Nacked)) => {
-                Republished::Failed("the broker refused it".to_owned())
-            }
-            Ok(Err(error)) => Republished::Failed(error.to_string()),
-            Err(_) => {
-                Republished::Failed(format!("no confirm within {REPUBLISH_CONFIRM_TIMEOUT:?}"))
-            }
+        match self
+            .shared
+            .republish(message, REPUBLISH_CONFIRM_TIMEOUT)
+            .await
+        {
+            Ok(PublishOutcome::Acked) => Republished::Routed,
+            Ok(PublishOutcome::Returned(_)) => Republished::Unroutable,
+            Ok(PublishOutcome::Nacked) => Republished::Failed("the broker refused it".to_owned()),
+            Err(reason) => Republished::Failed(reason),
         }
     }
 }

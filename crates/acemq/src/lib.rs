@@ -28,20 +28,34 @@
 //! # Ok::<(), acemq::Error>(())
 //! ```
 
+pub mod codec;
+mod connection;
+pub mod consumer;
+mod engine;
 mod envelope;
 mod error;
 pub mod headers;
+pub mod interceptor;
 mod itinerary;
 mod lenient;
+#[cfg(feature = "otel")]
+mod otel;
 pub mod provenance;
+pub mod publisher;
 pub mod retry;
 mod route;
+mod runtime_error;
+pub mod telemetry;
 pub mod topology;
 pub mod wire;
 
+pub use connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
+pub use consumer::{Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome};
 pub use envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
 pub use error::{Error, Result};
 pub use itinerary::{Itinerary, Stop};
+pub use publisher::{PendingConfirm, Publisher};
 pub use route::RoutingSlip;
+pub use runtime_error::RuntimeError;
 /// The date-time crate of this API ([`time::OffsetDateTime`] for first-seen and replay times).
 pub use time;

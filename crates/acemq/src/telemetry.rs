@@ -309,3 +309,29 @@ pub(crate) fn adopt_trace_context(span: &Span, headers: &FieldTable) {
     #[cfg(not(feature = "otel"))]
     let _ = (span, headers);
 }
+
+/// The metrics in the Prometheus text format (feature `prometheus`).
+#[cfg(feature = "prometheus")]
+pub mod prometheus {
+    pub use metrics_exporter_prometheus::PrometheusHandle;
+
+    /// Installs a Prometheus recorder as the process's `metrics` recorder and returns the
+    /// handle whose [`render`](PrometheusHandle::render) gives the text exposition (metric
+    /// names with `_` for `.`, as Micrometer exports Java's). Install it before making
+    /// publishers and consumers; serve `render()` from the application's own HTTP endpoint.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let metrics = acemq::telemetry::prometheus::install()?;
+    /// let mq = acemq::AceMq::connect("memory://doc-prometheus").await?;
+    /// let publisher = mq.publisher::<u32>("", "nowhere").allow_unroutable();
+    /// publisher.send(&1).await?;
+    /// assert!(metrics.render().contains("acemq_publish_total"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+        metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
+    }
+}

@@ -49,7 +49,11 @@ pub(super) async fn run<T: Send + 'static>(
         tokio::select! {
             biased;
             timeout = &mut drain => break timeout.unwrap_or(super::DROP_DRAIN_TIMEOUT),
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => note(joined, &mut report),
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Err(error) = joined {
+                    tracing::error!(queue = %worker.queue, %error, "a consumer task failed");
+                }
+            }
             next = stream.next(), if tasks.len() < concurrency => match next {
                 Some(Ok(delivery)) => {
                     worker.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -67,9 +71,6 @@ pub(super) async fn run<T: Send + 'static>(
             },
         }
     };
-    // Counted from here on: what finished before the drain is not the drain's doing.
-    report.completed = 0;
-
     // Deliveries already received but not handed to a handler: collect them before the
     // cancel (giving them back earlier would let the broker send them straight back), then
     // return them.
@@ -172,7 +173,9 @@ impl<T: Send + 'static> Worker<T> {
             routing_key,
             redelivered,
         };
-        let run = self.run_handler(message, &envelope).instrument(span.clone());
+        let run = self
+            .run_handler(message, &envelope)
+            .instrument(span.clone());
         let verdict = tokio::select! {
             verdict = run => verdict,
             () = self.engine.abort.cancelled() => {
@@ -237,12 +240,20 @@ impl<T: Send + 'static> Worker<T> {
                 }
             }
         };
-        let seen = match &verdict {
-            Verdict::Handled(outcome) => outcome,
-            Verdict::Panicked(_) => &Outcome::Reject(HandlerError::from("the handler panicked")),
-        };
-        for interceptor in interceptors[..before_ran].iter().rev() {
-            interceptor.after_handle(&self.queue, envelope, seen);
+        if before_ran > 0 {
+            let panicked;
+            let seen = match &verdict {
+                Verdict::Handled(outcome) => outcome,
+                Verdict::Panicked(panic) => {
+                    panicked = Outcome::Reject(HandlerError::from(format!(
+                        "the handler panicked: {panic}"
+                    )));
+                    &panicked
+                }
+            };
+            for interceptor in interceptors[..before_ran].iter().rev() {
+                interceptor.after_handle(&self.queue, envelope, seen);
+            }
         }
         verdict
     }

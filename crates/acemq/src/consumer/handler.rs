@@ -90,7 +90,11 @@ impl<E: Into<BoxError> + 'static> From<E> for HandlerError {
 /// The last path segment of a type name, or `Error` for strings and type-erased errors.
 fn kind_of(type_name: &str) -> &str {
     let base = type_name.split('<').next().unwrap_or(type_name);
-    let last = base.rsplit("::").next().unwrap_or(base).trim_start_matches('&');
+    let last = base
+        .rsplit("::")
+        .next()
+        .unwrap_or(base)
+        .trim_start_matches('&');
     match last {
         "str" | "String" | "Box" | "Cow" | "" => "Error",
         other => other,

@@ -158,15 +158,22 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
     where
         F: Fn(Message<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = O> + Send + 'static,
-        O: IntoOutcome,
+        O: IntoOutcome + 'static,
     {
         self.check()?;
-        let client = self.mq.shared.client.clone();
+        let client = &self.mq.shared.client;
         if self.declare {
-            declare(&client, &TopologyPlan::for_consumer(&self.queue, &self.policy)).await?;
+            declare(
+                client,
+                &TopologyPlan::for_consumer(&self.queue, &self.policy),
+            )
+            .await?;
         }
         let stream = client
-            .consume(&self.queue, &ConsumeOptions::default().prefetch(self.prefetch))
+            .consume(
+                &self.queue,
+                &ConsumeOptions::default().prefetch(self.prefetch),
+            )
             .await?;
         let handler: BoxHandler<T> =
             Box::new(move |message| handler(message).map(IntoOutcome::into_outcome).boxed());
@@ -180,7 +187,7 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
             handler,
             in_flight: Arc::clone(&in_flight),
             engine: Engine {
-                client,
+                shared: Arc::clone(&self.mq.shared),
                 queue,
                 metrics: ConsumeMetrics::new(&self.queue, self.mq.shared.transport),
                 policy: self.policy,

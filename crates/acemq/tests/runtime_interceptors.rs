@@ -1,0 +1,161 @@
+//! Interceptors: publish interceptors stamp or refuse; consume interceptors run before and
+//! after the handler, the after half in reverse, and a failing `before` fails the delivery.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use acemq::interceptor::{BoxError, ConsumeInterceptor, PublishContext, PublishInterceptor};
+use acemq::{AceMq, Envelope, Message, Outcome, RuntimeError};
+use common::LIMIT;
+use polyq_amqp::{FieldValue, QueueSpec};
+use tokio::sync::mpsc;
+
+struct Stamp;
+
+impl PublishInterceptor for Stamp {
+    fn before_publish(&self, publish: &mut PublishContext<'_>) -> Result<(), BoxError> {
+        if publish.envelope().message_type() == "forbidden" {
+            return Err("forbidden messages are not sent".into());
+        }
+        let stamped = publish
+            .envelope()
+            .to_builder()
+            .header("x-stamped", publish.routing_key())
+            .build()?;
+        publish.set_envelope(stamped);
+        Ok(())
+    }
+}
+
+struct Recorder {
+    name: &'static str,
+    fail_before: bool,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl ConsumeInterceptor for Recorder {
+    fn before_handle(&self, _queue: &str, envelope: &Envelope) -> Result<(), BoxError> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("before {} {}", self.name, envelope.attempt()));
+        if self.fail_before && envelope.attempt() == 1 {
+            return Err("not on the first attempt".into());
+        }
+        Ok(())
+    }
+
+    fn after_handle(&self, _queue: &str, _envelope: &Envelope, outcome: &Outcome) {
+        let what = if outcome.error().is_some() {
+            "failed"
+        } else {
+            "ok"
+        };
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("after {} {what}", self.name));
+    }
+}
+
+async fn interceptors(url: String) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mq = AceMq::builder()
+        .url(url.as_str())
+        .publish_interceptor(Stamp)
+        .consume_interceptor(Recorder {
+            name: "a",
+            fail_before: false,
+            log: log.clone(),
+        })
+        .consume_interceptor(Recorder {
+            name: "b",
+            fail_before: true,
+            log: log.clone(),
+        })
+        .connect()
+        .await
+        .unwrap();
+    let queue = polyq_testkit::unique_name("acemq.rt.intercept");
+    mq.client()
+        .declare_queue(&QueueSpec::new(queue.clone()))
+        .await
+        .unwrap();
+
+    let refused = mq
+        .publisher::<u32>("", queue.as_str())
+        .send_with(&1, Envelope::of("forbidden").build().unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, RuntimeError::Refused { .. }),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("forbidden messages are not sent")
+    );
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let consumer = mq
+        .consumer::<u32>(queue.as_str())
+        .retry("fixed(2, 10ms)".parse().unwrap())
+        .start(move |message: Message<u32>| {
+            let tx = tx.clone();
+            async move {
+                tx.send(message.envelope().clone()).unwrap();
+            }
+        })
+        .await
+        .unwrap();
+    mq.publisher::<u32>("", queue.as_str())
+        .send(&2)
+        .await
+        .unwrap();
+    let handled = tokio::time::timeout(LIMIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        handled.headers()["x-stamped"],
+        FieldValue::from(queue.as_str())
+    );
+    assert_eq!(
+        handled.attempt(),
+        2,
+        "the failing before_handle made attempt 1 a retry"
+    );
+    consumer.drain(LIMIT).await;
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "before a 1",
+            "before b 1",
+            "after a failed",
+            "before a 2",
+            "before b 2",
+            "after b ok",
+            "after a ok"
+        ]
+    );
+    for name in [
+        queue.clone(),
+        format!("{queue}.dlq"),
+        format!("{queue}.parked"),
+    ] {
+        mq.client().delete_queue(&name).await.unwrap();
+    }
+    mq.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interceptors_on_memory() {
+    interceptors(common::memory_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interceptors_on_rabbitmq() {
+    interceptors(polyq_testkit::amqp_url()).await;
+}

@@ -1,0 +1,178 @@
+//! Publishing: a typed round trip with the envelope stamped, unroutable messages refused,
+//! `send_all` reporting a partial failure, publish interceptors.
+
+mod common;
+
+use acemq::{Envelope, Message, RuntimeError};
+use common::{Env, LIMIT};
+use polyq_amqp::{FieldValue, QueueSpec};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    item: String,
+}
+
+async fn typed_round_trip(env: &'static Env) {
+    let queue = env.queue("round-trip").await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let consumer = env
+        .mq
+        .consume(queue.as_str(), move |message: Message<Order>| {
+            let tx = tx.clone();
+            async move {
+                tx.send((
+                    message.payload().clone(),
+                    message.envelope().clone(),
+                    message.redelivered(),
+                ))
+                .unwrap();
+            }
+        })
+        .await
+        .expect("consumer starts");
+    let order = Order {
+        id: 7,
+        item: "book".into(),
+    };
+    let chosen = Envelope::of("order.placed")
+        .header("x-tenant", "acme")
+        .build()
+        .unwrap();
+    let sent = env
+        .mq
+        .publisher::<Order>("", queue.as_str())
+        .send_with(&order, chosen.clone())
+        .await
+        .expect("confirmed");
+    assert_eq!(sent.id(), chosen.id());
+    assert_eq!(sent.origin(), Some(env.mq.origin()));
+    assert!(env.mq.origin().starts_with("acemq-runtime-test@"));
+
+    let (payload, received, redelivered) = tokio::time::timeout(LIMIT, rx.recv())
+        .await
+        .expect("handled in time")
+        .unwrap();
+    assert_eq!(payload, order);
+    assert_eq!(received, sent);
+    assert_eq!(received.message_type(), "order.placed");
+    assert_eq!(received.headers()["x-tenant"], FieldValue::from("acme"));
+    assert!(!redelivered);
+
+    // Without an envelope, the type is the routing key.
+    let plain = env
+        .mq
+        .publisher::<Order>("", queue.as_str())
+        .send(&order)
+        .await
+        .unwrap();
+    assert_eq!(plain.message_type(), queue);
+    let (_, received, _) = tokio::time::timeout(LIMIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(received.id(), plain.id());
+
+    let report = consumer.drain(LIMIT).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(env.count(&queue).await, 0, "both messages acknowledged");
+}
+both!(typed_round_trip);
+
+async fn wire_properties_are_the_contract(env: &'static Env) {
+    let queue = env.queue("wire").await;
+    let sent = env
+        .mq
+        .publisher::<Order>("", queue.as_str())
+        .with_priority(3)
+        .expiring_after(std::time::Duration::from_secs(60))
+        .send(&Order {
+            id: 1,
+            item: "pen".into(),
+        })
+        .await
+        .unwrap();
+    let delivery = env.next_in(&queue).await;
+    let p = &delivery.properties;
+    assert_eq!(p.content_type.as_deref(), Some("application/json"));
+    assert_eq!(p.delivery_mode, Some(2));
+    assert_eq!(p.priority, Some(3));
+    assert_eq!(p.expiration.as_deref(), Some("60000"));
+    assert_eq!(p.message_id.as_deref(), Some(sent.id()));
+    assert_eq!(p.headers["x-acemq-attempt"], FieldValue::I32(1));
+    assert_eq!(
+        p.headers["x-acemq-origin"],
+        FieldValue::from(env.mq.origin())
+    );
+    assert_eq!(&delivery.body[..], br#"{"id":1,"item":"pen"}"#);
+}
+both!(wire_properties_are_the_contract);
+
+async fn unroutable_publish_is_an_error(env: &'static Env) {
+    let key = polyq_testkit::unique_name("acemq.rt.nobody");
+    let publisher = env.mq.publisher::<Order>("", key.as_str());
+    let order = Order {
+        id: 1,
+        item: "lost".into(),
+    };
+    let error = publisher.send(&order).await.unwrap_err();
+    assert!(
+        matches!(error, RuntimeError::Unroutable { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("exchange ``") && text.contains(&format!("routing key `{key}`")),
+        "{text}"
+    );
+
+    publisher
+        .allow_unroutable()
+        .send(&order)
+        .await
+        .expect("an unroutable message may be dropped when allowed");
+}
+both!(unroutable_publish_is_an_error);
+
+async fn send_all_reports_partial_failure(env: &'static Env) {
+    let name = polyq_testkit::unique_name("acemq.rt.bounded");
+    env.declare(
+        QueueSpec::new(name.clone())
+            .argument("x-max-length", FieldValue::I32(2))
+            .argument("x-overflow", FieldValue::from("reject-publish")),
+    )
+    .await;
+    let publisher = env.mq.publisher::<u32>("", name.as_str());
+    let error = publisher.send_all([1, 2, 3, 4, 5]).await.unwrap_err();
+    match &error {
+        RuntimeError::Batch {
+            total,
+            confirmed,
+            failed,
+            first,
+        } => {
+            assert_eq!((*total, *confirmed, *failed), (5, 2, 3));
+            assert!(matches!(**first, RuntimeError::Nacked { .. }), "{first:?}");
+        }
+        other => panic!("expected a batch error, got {other:?}"),
+    }
+    assert!(
+        error
+            .to_string()
+            .starts_with("2 of 5 messages confirmed, 3 failed"),
+        "{error}"
+    );
+    let bodies: Vec<_> = env
+        .take(&name, 2)
+        .await
+        .into_iter()
+        .map(|d| d.body)
+        .collect();
+    assert_eq!(bodies, [&b"1"[..], &b"2"[..]]);
+
+    let sent = publisher.send_all([6, 7]).await.expect("room again");
+    assert_eq!(sent.len(), 2);
+}
+both!(send_all_reports_partial_failure);

@@ -1,0 +1,123 @@
+//! The retry engine: a failing handler retried in the consumer, and a retry through a broker
+//! rung (a missing rung is in `runtime_metrics`, with its counter).
+
+mod common;
+
+use std::time::Duration;
+
+use acemq::Message;
+use acemq::retry::RetryPolicy;
+use common::{Env, LIMIT};
+use tokio::sync::mpsc;
+
+/// Starts a consumer that fails the first `failures` attempts and reports every attempt.
+async fn failing_consumer(
+    env: &'static Env,
+    queue: &str,
+    policy: RetryPolicy,
+    failures: u32,
+) -> (
+    acemq::Consumer,
+    mpsc::UnboundedReceiver<(String, u32, String)>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let consumer = env
+        .mq
+        .consumer::<String>(queue)
+        .retry(policy)
+        .start(move |message: Message<String>| {
+            let tx = tx.clone();
+            async move {
+                let attempt = message.envelope().attempt();
+                tx.send((
+                    message.envelope().id().to_owned(),
+                    attempt,
+                    message.exchange().to_owned(),
+                ))
+                .unwrap();
+                if attempt <= failures {
+                    return Err(format!("failure {attempt}"));
+                }
+                Ok(())
+            }
+        })
+        .await
+        .expect("consumer starts");
+    (consumer, rx)
+}
+
+async fn a_failing_handler_is_retried_in_the_consumer(env: &'static Env) {
+    let queue = env.queue("consumer-wait").await;
+    let policy =
+        RetryPolicy::exponential(4, Duration::from_millis(20), Duration::from_millis(80)).unwrap();
+    let (consumer, mut attempts) = failing_consumer(env, &queue, policy, 2).await;
+    let sent = env
+        .mq
+        .publisher::<str>("", queue.as_str())
+        .send("work")
+        .await
+        .unwrap();
+    for expected in 1..=3 {
+        let (id, attempt, _) = tokio::time::timeout(LIMIT, attempts.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (id.as_str(), attempt),
+            (sent.id(), expected),
+            "same message, attempt raised"
+        );
+    }
+    let report = consumer.drain(LIMIT).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(env.count(&queue).await, 0);
+    assert_eq!(
+        env.count(&format!("{queue}.dlq")).await,
+        0,
+        "nothing dead-lettered"
+    );
+    // No rung is declared for a policy without broker waits.
+    assert!(
+        env.client()
+            .inspect_queue(&format!("{queue}.retry.20ms"))
+            .await
+            .is_err()
+    );
+}
+both!(a_failing_handler_is_retried_in_the_consumer);
+
+async fn a_retry_goes_through_the_broker_rung(env: &'static Env) {
+    let queue = env.queue("rung").await;
+    let policy = RetryPolicy::fixed(3, Duration::from_secs(1))
+        .unwrap()
+        .wait_in_broker_from(Duration::from_millis(500));
+    let (consumer, mut attempts) = failing_consumer(env, &queue, policy, 1).await;
+    let rung = format!("{queue}.retry.1s");
+    assert_eq!(env.count(&rung).await, 0, "the consumer declared the rung");
+
+    let sent = env
+        .mq
+        .publisher::<str>("", queue.as_str())
+        .send("work")
+        .await
+        .unwrap();
+    let (_, first, _) = tokio::time::timeout(LIMIT, attempts.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, 1);
+    let (id, second, exchange) = tokio::time::timeout(LIMIT, attempts.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((id.as_str(), second), (sent.id(), 2));
+    assert_eq!(
+        exchange, "acemq.retry",
+        "the second attempt expired home through acemq.retry"
+    );
+    let report = consumer.drain(LIMIT).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(env.count(&rung).await, 0);
+    assert_eq!(env.count(&format!("{queue}.dlq")).await, 0);
+}
+both!(a_retry_goes_through_the_broker_rung);
