@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use crate::envelope::{Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, Slot, pointer};
 use crate::error::PoisonCause;
-use crate::typed::{Frame, Key, NOT_INTEGER, NOT_STRING, Typed};
+use crate::typed::{Frame, Key, NOT_INTEGER, NOT_STRING, Typed, integer};
 use crate::whitespace::is_blank;
 
 /// Something a decode dropped or ignored, named by its RFC 6901 pointer.
@@ -396,13 +396,7 @@ fn check_dead_letter(text: &str) -> Result<(), PoisonCause> {
                 ),
                 NOT_STRING,
             ),
-            "failed_at" | "attempts" => (
-                !matches!(
-                    serde_json::from_str::<Typed<i64>>(raw.get()),
-                    Ok(Typed::Other) | Err(_)
-                ),
-                NOT_INTEGER,
-            ),
+            "failed_at" | "attempts" => (!matches!(integer(raw), Typed::Other), NOT_INTEGER),
             _ => (true, ""),
         };
         if !ok {

@@ -91,30 +91,14 @@ impl<'de> Deserialize<'de> for Typed<String> {
     }
 }
 
-struct IntVisitor;
-
-impl<'de> Visitor<'de> for IntVisitor {
-    type Value = Typed<i64>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Typed::Value(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(i64::try_from(v).map_or(Typed::Other, Typed::Value))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Typed::Other)
-    }
-    other_types!(visit_bool(bool), visit_f64(f64), visit_str(&str));
-    drain_containers!();
-}
-
-impl<'de> Deserialize<'de> for Typed<i64> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(IntVisitor)
+/// An integer member, read from its raw text: an integer literal (no fraction or exponent) that
+/// fits 64 bits. Read raw because `serde_json` reports `-0` as a float, where every other SDK
+/// reads the integer 0.
+pub(crate) fn integer(raw: &RawValue) -> Typed<i64> {
+    match raw.get() {
+        "null" => Typed::Null,
+        "-0" => Typed::Value(0),
+        text => text.parse().map_or(Typed::Other, Typed::Value),
     }
 }
 
@@ -181,20 +165,26 @@ impl<'de> Visitor<'de> for MetaVisitor {
                     NOT_STRING,
                     &mut meta.wrong,
                 ),
-                "schema_version" => check(
-                    &mut meta.schema_version,
-                    map.next_value()?,
-                    "schema_version",
-                    NOT_INTEGER,
-                    &mut meta.wrong,
-                ),
-                "created_at" => check(
-                    &mut meta.created_at,
-                    map.next_value()?,
-                    "created_at",
-                    NOT_INTEGER,
-                    &mut meta.wrong,
-                ),
+                "schema_version" => {
+                    let raw: &'de RawValue = map.next_value()?;
+                    check(
+                        &mut meta.schema_version,
+                        integer(raw),
+                        "schema_version",
+                        NOT_INTEGER,
+                        &mut meta.wrong,
+                    );
+                }
+                "created_at" => {
+                    let raw: &'de RawValue = map.next_value()?;
+                    check(
+                        &mut meta.created_at,
+                        integer(raw),
+                        "created_at",
+                        NOT_INTEGER,
+                        &mut meta.wrong,
+                    );
+                }
                 other => {
                     let value: &'de RawValue = map.next_value()?;
                     match crate::envelope::FORBIDDEN_META
@@ -314,7 +304,8 @@ impl<'de> Deserialize<'de> for Frame<'de> {
                             frame.trace_id = Some(value);
                         }
                         "attempts" => {
-                            let value: Typed<i64> = map.next_value()?;
+                            let raw: &'de RawValue = map.next_value()?;
+                            let value = integer(raw);
                             if matches!(value, Typed::Other) {
                                 frame.flag(|| "/attempts".to_owned(), NOT_INTEGER);
                             }
@@ -325,7 +316,13 @@ impl<'de> Deserialize<'de> for Frame<'de> {
                             if !object_or_null(value) {
                                 frame.flag(|| "/data".to_owned(), "is not an object");
                             }
-                            frame.data = Some(value);
+                            // The last `data` is kept and checked in full later; an earlier
+                            // occurrence must hold only finite numbers too.
+                            if let Some(previous) = frame.data.replace(value)
+                                && let Err(issue) = crate::rawjson::compact(previous.get(), true)
+                            {
+                                frame.flag(|| "/data".to_owned(), issue.describe());
+                            }
                         }
                         "dead_letter" => {
                             let value: &'de RawValue = map.next_value()?;
