@@ -1,0 +1,208 @@
+//! The connections of one transport: a reconnecting multiplexed connection for commands and
+//! scripts (concurrent calls share it and are pipelined), and a pool of connections for blocking
+//! waits, which would otherwise hold up every command queued behind them.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisError, ScriptInvocation};
+
+use super::{RedisErrorKind, RedisOptions};
+use crate::Error;
+
+/// Idle waiting connections kept for reuse; more are opened while more callers wait at once.
+const IDLE_WAITERS: usize = 16;
+
+pub(super) struct Connection {
+    shown: Arc<str>,
+    client: Client,
+    commands: ConnectionManager,
+    waiting: Mutex<Vec<MultiplexedConnection>>,
+    waiting_config: AsyncConnectionConfig,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("url", &self.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub(super) async fn open(url: &str, options: &RedisOptions) -> crate::Result<Self> {
+        options.validate()?;
+        let shown: Arc<str> = polyq_amqp::redact_url(url).into();
+        let hide = |message: String| message.replace(url, &shown);
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(Error::UnsupportedUrl {
+                url: shown.to_string(),
+                reason: "a Redis transport takes redis://host[:port][/db] or rediss://…".to_owned(),
+            });
+        }
+        let client = Client::open(url).map_err(|error| Error::UnsupportedUrl {
+            url: shown.to_string(),
+            reason: hide(error.to_string()),
+        })?;
+        let waiting_config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connection_timeout))
+            .set_response_timeout(Some(options.response_timeout + options.block_slice));
+        // Connecting a waiting connection first fails fast on an unreachable server; the
+        // connection manager would retry with backoff before giving up.
+        let first = client
+            .get_multiplexed_async_connection_with_config(&waiting_config)
+            .await
+            .map_err(|error| {
+                let (kind, message) = describe(&error);
+                Error::Redis {
+                    url: shown.to_string(),
+                    operation: "connect".to_owned(),
+                    kind,
+                    message: hide(message),
+                }
+            })?;
+        let commands = ConnectionManager::new_lazy_with_config(
+            client.clone(),
+            ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(options.connection_timeout))
+                .set_response_timeout(Some(options.response_timeout)),
+        )
+        .map_err(|error| Error::Redis {
+            url: shown.to_string(),
+            operation: "connect".to_owned(),
+            kind: RedisErrorKind::Connection,
+            message: hide(error.to_string()),
+        })?;
+        Ok(Self {
+            shown,
+            client,
+            commands,
+            waiting: Mutex::new(vec![first]),
+            waiting_config,
+        })
+    }
+
+    /// Runs a script on the command connection.
+    pub(super) async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        operation: impl FnOnce() -> String,
+    ) -> crate::Result<T> {
+        let mut commands = self.commands.clone();
+        invocation
+            .invoke_async(&mut commands)
+            .await
+            .map_err(|error| self.failed(operation(), &error))
+    }
+
+    /// Runs a command on the command connection.
+    pub(super) async fn query<T: FromRedisValue>(
+        &self,
+        command: &Cmd,
+        operation: impl FnOnce() -> String,
+    ) -> crate::Result<T> {
+        let mut commands = self.commands.clone();
+        command
+            .query_async(&mut commands)
+            .await
+            .map_err(|error| self.failed(operation(), &error))
+    }
+
+    /// Runs a blocking command on a waiting connection of its own. A connection that failed is
+    /// dropped rather than reused; so is one whose caller stopped waiting mid-command, as its
+    /// future is dropped with it.
+    pub(super) async fn block<T: FromRedisValue>(
+        &self,
+        command: &Cmd,
+        operation: impl FnOnce() -> String,
+    ) -> crate::Result<T> {
+        self.block_on_idle(command)
+            .await
+            .map_err(|error| self.failed(operation(), &error))
+    }
+
+    async fn block_on_idle<T: FromRedisValue>(&self, command: &Cmd) -> redis::RedisResult<T> {
+        let idle = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let mut connection = match idle {
+            Some(connection) => connection,
+            None => {
+                self.client
+                    .get_multiplexed_async_connection_with_config(&self.waiting_config)
+                    .await?
+            }
+        };
+        let answer = command.query_async(&mut connection).await?;
+        let mut idle = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE_WAITERS {
+            idle.push(connection);
+        }
+        Ok(answer)
+    }
+
+    /// The error for a settle whose reservation is no longer held.
+    pub(super) fn lost(&self, operation: String) -> Error {
+        Error::Redis {
+            url: self.shown.to_string(),
+            operation,
+            kind: RedisErrorKind::ReservationLost,
+            message: "the reservation is no longer held: its deadline lapsed and it went back to \
+                      the queue, or it was already settled; nothing was written"
+                .to_owned(),
+        }
+    }
+
+    /// The error for out-of-band headers that cannot ride with a body.
+    pub(super) fn unframeable(&self, operation: String) -> Error {
+        Error::Redis {
+            url: self.shown.to_string(),
+            operation,
+            kind: RedisErrorKind::Unframeable,
+            message: "out-of-band headers ride in a JSON header frame, which cannot hold a body \
+                      that is not UTF-8; publish it without headers"
+                .to_owned(),
+        }
+    }
+
+    fn failed(&self, operation: String, error: &RedisError) -> Error {
+        let (kind, message) = describe(error);
+        Error::Redis {
+            url: self.shown.to_string(),
+            operation,
+            kind,
+            message,
+        }
+    }
+}
+
+fn describe(error: &RedisError) -> (RedisErrorKind, String) {
+    let kind = if error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_timeout()
+    {
+        RedisErrorKind::Connection
+    } else {
+        RedisErrorKind::Command
+    };
+    (kind, error.to_string())
+}
+
+/// Whole epoch seconds, the unit of every score the SDKs write.
+pub(super) fn now_seconds() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+/// A blocking command's timeout argument: seconds with millisecond precision, never `0`, which
+/// Redis reads as "forever".
+pub(super) fn block_seconds(slice: Duration) -> f64 {
+    slice.max(Duration::from_millis(1)).as_secs_f64()
+}

@@ -1,0 +1,333 @@
+//! The default Redis layout, shared by the Go, Python, Node, Java, .NET and PHP SDKs.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::connection::{Connection, block_seconds, now_seconds};
+use super::{RedisOptions, deadline_score, scripts};
+use crate::projection::{frame, unframe};
+use crate::transport::{Capabilities, Headers, Reserved, Transport};
+
+/// The default Redis layout: the one every BabelQueue SDK shares, keys named after the queue
+/// verbatim.
+///
+/// | key | type | role |
+/// |---|---|---|
+/// | `<queue>` | list | ready jobs; [`publish`](Transport::publish) is `RPUSH` |
+/// | `<queue>:processing` | list | reservations, moved there atomically from the head (FIFO) |
+/// | `<queue>:processing:deadlines` | sorted set | `<32 hex token>:<stored value>` scored `floor(now) + deadline` |
+/// | `<queue>.dlq` | list | the dead-letter queue |
+///
+/// Before every reserve a sweep returns lapsed reservations to the end of their queue, bytes and
+/// `attempts` unchanged, so a worker killed mid-job loses nothing; a settle acts only while its
+/// own deadline member exists, so a late settle of a swept reservation touches nothing
+/// (Python 1.24's scheme, ADR-0033: each side recovers the other's reservations).
+///
+/// Out-of-band headers ride in the `__bq_frame` header frame
+/// ([`projection::frame`](crate::projection::frame)); the stored value, frame or bare envelope,
+/// is the reservation's handle. This layout cannot delay, so the `delay` of a retry or release
+/// is ignored: the message goes to the end of the queue at once.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use babelqueue::transport::Transport;
+/// use babelqueue::transport::redis::{RedisOptions, RedisTransport};
+///
+/// # async fn run() -> babelqueue::Result<()> {
+/// let redis = RedisTransport::connect("redis://127.0.0.1:6379/0", RedisOptions::new()).await?;
+/// let body = babelqueue::make(
+///     "urn:babel:orders:created",
+///     &serde_json::json!({"order_id": 1042}),
+///     babelqueue::MakeOptions::new().queue("orders"),
+/// )?
+/// .encode()?;
+/// redis.publish("orders", body.into(), &[]).await?;
+/// if let Some(job) = redis.reserve("orders", Duration::from_secs(5)).await? {
+///     // … handle job.body …
+///     redis.ack(&job.receipt).await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisTransport {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connection: Connection,
+    options: RedisOptions,
+}
+
+/// A reservation on the default layout: the value as stored in `<queue>:processing` and the
+/// token of its deadline member `<token>:<value>`.
+#[derive(Debug, Clone)]
+pub struct RedisReceipt {
+    queue: String,
+    stored: Bytes,
+    token: String,
+    headers: Headers,
+}
+
+impl RedisReceipt {
+    /// The queue it was reserved from.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The value exactly as stored: the bare envelope, or its header frame.
+    pub fn stored(&self) -> &Bytes {
+        &self.stored
+    }
+
+    /// The reservation token: 32 lowercase hex digits.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+impl RedisTransport {
+    /// Connects to the server at `url` (`redis://host[:port][/db]`, or `rediss://` for TLS).
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedUrl`](crate::Error::UnsupportedUrl) for a URL that is not a Redis
+    /// one, [`Error::InvalidOption`](crate::Error::InvalidOption) for options out of range, and
+    /// [`Error::Redis`](crate::Error::Redis) when the server cannot be reached.
+    pub async fn connect(url: &str, options: RedisOptions) -> crate::Result<Self> {
+        let connection = Connection::open(url, &options).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connection,
+                options,
+            }),
+        })
+    }
+
+    /// The options it was connected with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.inner.options
+    }
+
+    /// The in-flight list of `queue`: `<queue>:processing`.
+    pub fn processing_key(&self, queue: &str) -> String {
+        format!("{queue}{}", self.inner.options.processing_suffix)
+    }
+
+    /// The deadline set of `queue`: `<queue>:processing:deadlines`.
+    pub fn deadlines_key(&self, queue: &str) -> String {
+        format!("{}:deadlines", self.processing_key(queue))
+    }
+
+    /// Sweeps, then moves the head of `queue` into its processing list; `None` when it is empty.
+    async fn try_reserve(&self, queue: &str) -> crate::Result<Option<Reserved<RedisReceipt>>> {
+        let options = &self.inner.options;
+        let token = format!("{:032x}", rand::random::<u128>());
+        let now = now_seconds();
+        let mut reserve = scripts::RESERVE.prepare_invoke();
+        reserve
+            .key(queue)
+            .key(self.processing_key(queue))
+            .key(self.deadlines_key(queue))
+            .arg(now)
+            .arg(options.batch_arg())
+            .arg(deadline_score(now, options.reservation_deadline))
+            .arg(&token);
+        let stored: Option<Vec<u8>> = self
+            .inner
+            .connection
+            .invoke(&reserve, || format!("reserve from {queue:?}"))
+            .await?;
+        Ok(stored.map(|stored| {
+            let stored = Bytes::from(stored);
+            let (body, headers) = match std::str::from_utf8(&stored) {
+                Ok(text) => match unframe(text) {
+                    (Cow::Owned(body), headers) => (Bytes::from(body), headers),
+                    (Cow::Borrowed(_), headers) => (stored.clone(), headers),
+                },
+                Err(_) => (stored.clone(), Vec::new()),
+            };
+            Reserved {
+                body,
+                headers: headers.clone(),
+                broker_attempts: None,
+                receipt: RedisReceipt {
+                    queue: queue.to_owned(),
+                    stored,
+                    token,
+                    headers,
+                },
+            }
+        }))
+    }
+
+    /// The value to store for `body` with `headers`: the bare body when no header survives
+    /// (blank names and values are dropped), else its header frame.
+    fn stored_value(
+        &self,
+        body: Bytes,
+        headers: &[(String, String)],
+        operation: impl FnOnce() -> String,
+    ) -> crate::Result<Bytes> {
+        if headers
+            .iter()
+            .all(|(name, value)| name.is_empty() || value.is_empty())
+        {
+            return Ok(body);
+        }
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return Err(self.inner.connection.unframeable(operation()));
+        };
+        let pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        Ok(match frame(text, &pairs) {
+            Cow::Owned(framed) => Bytes::from(framed),
+            Cow::Borrowed(_) => body,
+        })
+    }
+
+    /// Runs the gated settle script: removes the reservation and, with a target, pushes a value
+    /// to the end of that list in the same step.
+    async fn settle(
+        &self,
+        receipt: &RedisReceipt,
+        target: Option<(&str, &[u8])>,
+        operation: impl Fn() -> String,
+    ) -> crate::Result<()> {
+        let mut settle = scripts::SETTLE.prepare_invoke();
+        settle
+            .key(self.processing_key(&receipt.queue))
+            .key(self.deadlines_key(&receipt.queue))
+            .arg(&receipt.token)
+            .arg(&receipt.stored[..]);
+        if let Some((list, value)) = target {
+            settle.key(list).arg(value);
+        }
+        let settled: i64 = self.inner.connection.invoke(&settle, &operation).await?;
+        if settled == 1 {
+            Ok(())
+        } else {
+            Err(self.inner.connection.lost(operation()))
+        }
+    }
+}
+
+impl Transport for RedisTransport {
+    type Receipt = RedisReceipt;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            delay: false,
+            headers: true,
+        }
+    }
+
+    async fn publish(
+        &self,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+    ) -> crate::Result<()> {
+        let operation = || format!("publish to {queue:?}");
+        let value = self.stored_value(body, headers, operation)?;
+        let _length: i64 = self
+            .inner
+            .connection
+            .query(redis::cmd("RPUSH").arg(queue).arg(&value[..]), operation)
+            .await?;
+        Ok(())
+    }
+
+    async fn reserve(
+        &self,
+        queue: &str,
+        wait: Duration,
+    ) -> crate::Result<Option<Reserved<RedisReceipt>>> {
+        let started = Instant::now();
+        loop {
+            if let Some(reserved) = self.try_reserve(queue).await? {
+                return Ok(Some(reserved));
+            }
+            let left = wait.saturating_sub(started.elapsed());
+            if left < Duration::from_millis(1) {
+                return Ok(None);
+            }
+            // Moving the tail of the queue to its own tail changes nothing, but blocks until the
+            // queue holds something: the reserve itself stays in the script above, atomic with
+            // its deadline member. Dropping this wait midway is harmless for the same reason.
+            let slice = left.min(self.inner.options.block_slice);
+            let _tail: redis::Value = self
+                .inner
+                .connection
+                .block(
+                    redis::cmd("BLMOVE")
+                        .arg(queue)
+                        .arg(queue)
+                        .arg("RIGHT")
+                        .arg("RIGHT")
+                        .arg(block_seconds(slice)),
+                    || format!("wait for work on {queue:?}"),
+                )
+                .await?;
+        }
+    }
+
+    async fn ack(&self, receipt: &RedisReceipt) -> crate::Result<()> {
+        self.settle(receipt, None, || {
+            format!("ack a reservation of {:?}", receipt.queue)
+        })
+        .await
+    }
+
+    async fn retry(
+        &self,
+        receipt: &RedisReceipt,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+        _delay: Duration,
+    ) -> crate::Result<()> {
+        let operation = || format!("retry a reservation of {:?} on {queue:?}", receipt.queue);
+        let value = self.stored_value(body, headers, operation)?;
+        self.settle(receipt, Some((queue, &value)), operation).await
+    }
+
+    async fn release(&self, receipt: &RedisReceipt, _delay: Duration) -> crate::Result<()> {
+        self.settle(receipt, Some((&receipt.queue, &receipt.stored)), || {
+            format!("release a reservation of {:?}", receipt.queue)
+        })
+        .await
+    }
+
+    async fn dead_letter(
+        &self,
+        receipt: &RedisReceipt,
+        dlq: &str,
+        body: Bytes,
+    ) -> crate::Result<()> {
+        let operation = || {
+            format!(
+                "dead-letter a reservation of {:?} to {dlq:?}",
+                receipt.queue
+            )
+        };
+        // The headers that came with the message stay with it in the dead-letter queue, as the
+        // other SDKs keep them; a body that cannot be framed goes bare rather than not at all.
+        let value = self
+            .stored_value(body.clone(), &receipt.headers, operation)
+            .unwrap_or_else(|_| {
+                tracing::warn!(
+                    queue = %receipt.queue,
+                    dlq,
+                    "the dead-letter body is not UTF-8, so it is stored without the message's headers"
+                );
+                body
+            });
+        self.settle(receipt, Some((dlq, &value)), operation).await
+    }
+}

@@ -1,0 +1,330 @@
+//! Laravel's Redis queue layout, as the BabelQueue Laravel driver and the Python SDK's
+//! `laravel_compat=True` use it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::connection::{Connection, block_seconds, now_seconds};
+use super::{RedisOptions, deadline_score, scripts, whole_seconds_up};
+use crate::transport::{Capabilities, Reserved, Transport};
+
+/// Laravel's Redis queue layout, keys under a prefix (default `queues:`):
+///
+/// | key | type | role |
+/// |---|---|---|
+/// | `queues:<queue>` | list | ready jobs |
+/// | `queues:<queue>:notify` | list | one wake-up token per job made ready |
+/// | `queues:<queue>:reserved` | sorted set | reserved copies scored reserved-until (epoch seconds) |
+/// | `queues:<queue>:delayed` | sorted set | released and delayed jobs scored available-at |
+/// | `queues:<queue>.dlq` | list | the dead-letter queue (a Laravel queue of its own) |
+///
+/// A pop first migrates due `:delayed` members and lapsed `:reserved` members back to the queue,
+/// then reserves the head as Laravel does: the reserved member is the job re-encoded by the
+/// server's cjson with `attempts + 1`, so a Laravel or Python worker can settle a reservation made
+/// here and the reverse. A job that cjson cannot decode, or whose `attempts` is not a number, is
+/// reserved raw. The job handed over is always the raw job as it was queued, never the
+/// re-encoding; the reserved member is only the handle that settles it.
+///
+/// Jobs that went through Laravel's own release or a recovery come back as that cjson
+/// re-encoding: `/` written `\/`, keys reordered, `[]` turned into `{}`, numbers shortened to 14
+/// significant digits. They are ordinary JSON and decode as such.
+///
+/// Out-of-band headers cannot ride here (Laravel's reserve must decode the job, so no frame can
+/// wrap it): they are dropped, as every SDK drops them on this layout; `trace_id` inside the
+/// envelope still travels. Retries and releases can be delayed, in whole seconds rounded up.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use babelqueue::transport::Transport;
+/// use babelqueue::transport::redis::{LaravelTransport, RedisOptions};
+///
+/// # async fn run() -> babelqueue::Result<()> {
+/// let laravel = LaravelTransport::connect("redis://127.0.0.1:6379/0", RedisOptions::new()).await?;
+/// if let Some(job) = laravel.reserve("orders", Duration::from_secs(5)).await? {
+///     // Hand it back in 30 s, unchanged, to `queues:orders:delayed`.
+///     laravel.release(&job.receipt, Duration::from_secs(30)).await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LaravelTransport {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connection: Connection,
+    options: RedisOptions,
+}
+
+/// A reservation on the Laravel layout: the raw job and its member in `:reserved`.
+#[derive(Debug, Clone)]
+pub struct LaravelReceipt {
+    queue: String,
+    job: Bytes,
+    reserved: Bytes,
+}
+
+impl LaravelReceipt {
+    /// The receipt of a reservation made by any worker on this layout (Laravel, Python or this
+    /// crate): `queue` as named without the prefix, the `job` it took off the queue and its exact
+    /// `reserved` member. Lets one worker settle what another reserved.
+    pub fn new(queue: impl Into<String>, job: Bytes, reserved: Bytes) -> Self {
+        Self {
+            queue: queue.into(),
+            job,
+            reserved,
+        }
+    }
+
+    /// The queue it was reserved from, without the prefix.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The job as it was queued, before the reserve re-encoded it.
+    pub fn job(&self) -> &Bytes {
+        &self.job
+    }
+
+    /// Its member in `:reserved`: the job re-encoded with `attempts + 1`, or the raw job when it
+    /// could not be.
+    pub fn reserved(&self) -> &Bytes {
+        &self.reserved
+    }
+}
+
+impl LaravelTransport {
+    /// Connects to the server at `url` (`redis://host[:port][/db]`, or `rediss://` for TLS).
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedUrl`](crate::Error::UnsupportedUrl) for a URL that is not a Redis
+    /// one, [`Error::InvalidOption`](crate::Error::InvalidOption) for options out of range, and
+    /// [`Error::Redis`](crate::Error::Redis) when the server cannot be reached.
+    pub async fn connect(url: &str, options: RedisOptions) -> crate::Result<Self> {
+        let connection = Connection::open(url, &options).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connection,
+                options,
+            }),
+        })
+    }
+
+    /// The options it was connected with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.inner.options
+    }
+
+    /// The ready list of `queue`: `<prefix><queue>`, e.g. `queues:orders`; the other keys add
+    /// `:notify`, `:reserved` and `:delayed` to it.
+    pub fn key(&self, queue: &str) -> String {
+        format!("{}{queue}", self.inner.options.key_prefix)
+    }
+
+    /// Migrates what is due, then reserves the head of `queue`; `None` when it is empty.
+    async fn try_reserve(&self, queue: &str) -> crate::Result<Option<Reserved<LaravelReceipt>>> {
+        let options = &self.inner.options;
+        let ready = self.key(queue);
+        let now = now_seconds();
+        let mut pop = scripts::LARAVEL_POP.prepare_invoke();
+        pop.key(&ready)
+            .key(format!("{ready}:reserved"))
+            .key(format!("{ready}:notify"))
+            .key(format!("{ready}:delayed"))
+            .arg(now)
+            .arg(options.batch_arg())
+            .arg(deadline_score(now, options.retry_after))
+            .arg(if options.retry_after.is_some() {
+                "1"
+            } else {
+                "0"
+            });
+        let popped: Option<(Vec<u8>, Vec<u8>)> = self
+            .inner
+            .connection
+            .invoke(&pop, || format!("reserve from {ready:?}"))
+            .await?;
+        Ok(popped.map(|(job, reserved)| {
+            let job = Bytes::from(job);
+            Reserved {
+                body: job.clone(),
+                headers: Vec::new(),
+                broker_attempts: None,
+                receipt: LaravelReceipt {
+                    queue: queue.to_owned(),
+                    job,
+                    reserved: Bytes::from(reserved),
+                },
+            }
+        }))
+    }
+
+    /// Moves a reservation to `queue`'s `:delayed` set as `body`, due `delay` from now.
+    async fn hand_back(
+        &self,
+        receipt: &LaravelReceipt,
+        queue: &str,
+        body: &[u8],
+        delay: Duration,
+        operation: impl Fn() -> String,
+    ) -> crate::Result<()> {
+        let available_at = now_seconds().saturating_add(whole_seconds_up(delay));
+        let mut release = scripts::LARAVEL_RELEASE.prepare_invoke();
+        release
+            .key(format!("{}:reserved", self.key(&receipt.queue)))
+            .key(format!("{}:delayed", self.key(queue)))
+            .arg(&receipt.reserved[..])
+            .arg(body)
+            .arg(available_at);
+        let settled: i64 = self.inner.connection.invoke(&release, &operation).await?;
+        if settled == 1 {
+            Ok(())
+        } else {
+            Err(self.inner.connection.lost(operation()))
+        }
+    }
+}
+
+impl Transport for LaravelTransport {
+    type Receipt = LaravelReceipt;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            delay: true,
+            headers: false,
+        }
+    }
+
+    async fn publish(
+        &self,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+    ) -> crate::Result<()> {
+        if headers
+            .iter()
+            .any(|(name, value)| !name.is_empty() && !value.is_empty())
+        {
+            tracing::debug!(
+                queue,
+                "out-of-band headers cannot ride on the Laravel layout; dropped"
+            );
+        }
+        let ready = self.key(queue);
+        let mut push = scripts::LARAVEL_PUSH.prepare_invoke();
+        push.key(&ready)
+            .key(format!("{ready}:notify"))
+            .arg(&body[..]);
+        let _pushed: i64 = self
+            .inner
+            .connection
+            .invoke(&push, || format!("publish to {ready:?}"))
+            .await?;
+        Ok(())
+    }
+
+    async fn reserve(
+        &self,
+        queue: &str,
+        wait: Duration,
+    ) -> crate::Result<Option<Reserved<LaravelReceipt>>> {
+        let started = Instant::now();
+        loop {
+            if let Some(reserved) = self.try_reserve(queue).await? {
+                return Ok(Some(reserved));
+            }
+            let left = wait.saturating_sub(started.elapsed());
+            if left < Duration::from_millis(1) {
+                return Ok(None);
+            }
+            // Laravel's wait: a token on the notify list says a job was made ready. The slice
+            // bounds the wait so that due delayed jobs and lapsed reservations, which carry no
+            // token until migrated, are picked up.
+            let slice = left.min(self.inner.options.block_slice);
+            let notify = format!("{}:notify", self.key(queue));
+            let _token: redis::Value = self
+                .inner
+                .connection
+                .block(
+                    redis::cmd("BLPOP").arg(&notify).arg(block_seconds(slice)),
+                    || format!("wait for work on {notify:?}"),
+                )
+                .await?;
+        }
+    }
+
+    async fn ack(&self, receipt: &LaravelReceipt) -> crate::Result<()> {
+        let reserved = format!("{}:reserved", self.key(&receipt.queue));
+        let operation = || format!("ack a reservation in {reserved:?}");
+        let removed: i64 = self
+            .inner
+            .connection
+            .query(
+                redis::cmd("ZREM").arg(&reserved).arg(&receipt.reserved[..]),
+                operation,
+            )
+            .await?;
+        if removed == 1 {
+            Ok(())
+        } else {
+            Err(self.inner.connection.lost(operation()))
+        }
+    }
+
+    async fn retry(
+        &self,
+        receipt: &LaravelReceipt,
+        queue: &str,
+        body: Bytes,
+        _headers: &[(String, String)],
+        delay: Duration,
+    ) -> crate::Result<()> {
+        self.hand_back(receipt, queue, &body, delay, || {
+            format!("retry a reservation of {:?} on {queue:?}", receipt.queue)
+        })
+        .await
+    }
+
+    async fn release(&self, receipt: &LaravelReceipt, delay: Duration) -> crate::Result<()> {
+        self.hand_back(receipt, &receipt.queue, &receipt.job, delay, || {
+            format!("release a reservation of {:?}", receipt.queue)
+        })
+        .await
+    }
+
+    async fn dead_letter(
+        &self,
+        receipt: &LaravelReceipt,
+        dlq: &str,
+        body: Bytes,
+    ) -> crate::Result<()> {
+        let operation = || {
+            format!(
+                "dead-letter a reservation of {:?} to {dlq:?}",
+                receipt.queue
+            )
+        };
+        let target = self.key(dlq);
+        let mut dead_letter = scripts::LARAVEL_DEAD_LETTER.prepare_invoke();
+        dead_letter
+            .key(format!("{}:reserved", self.key(&receipt.queue)))
+            .key(&target)
+            .key(format!("{target}:notify"))
+            .arg(&receipt.reserved[..])
+            .arg(&body[..]);
+        let settled: i64 = self
+            .inner
+            .connection
+            .invoke(&dead_letter, &operation)
+            .await?;
+        if settled == 1 {
+            Ok(())
+        } else {
+            Err(self.inner.connection.lost(operation()))
+        }
+    }
+}

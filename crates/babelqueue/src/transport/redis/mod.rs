@@ -1,0 +1,249 @@
+//! The Redis bindings (`redis://`, `rediss://`), wire-compatible with the other SDKs:
+//!
+//! - [`RedisTransport`], the default layout every SDK shares: `RPUSH <queue>`, reservations in
+//!   `<queue>:processing` with deadlines in `<queue>:processing:deadlines`, the `__bq_frame`
+//!   header frame, `<queue>.dlq`.
+//! - [`LaravelTransport`], Laravel's own queue layout: `queues:<queue>` with `:notify`,
+//!   `:reserved` and `:delayed`, settled interchangeably with Laravel and Python workers.
+//!
+//! Both take a [`RedisOptions`]; the defaults are those of the Python SDK 1.24. Every reserve and
+//! every settle is one Lua script, so one round trip, and each settle acts only while its
+//! reservation is still held (otherwise it fails with [`RedisErrorKind::ReservationLost`] and
+//! writes nothing). Waiting for work blocks on the server in slices of at most a second on a
+//! connection of its own, never polls in a loop.
+
+mod connection;
+mod default_layout;
+mod laravel;
+mod scripts;
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+pub use crate::error::RedisErrorKind;
+pub use default_layout::{RedisReceipt, RedisTransport};
+pub use laravel::{LaravelReceipt, LaravelTransport};
+
+/// Settings shared by both Redis layouts. Every setter documents its default; the defaults are
+/// the Python SDK's, so a Rust worker and a Python worker on one queue agree.
+///
+/// ```
+/// use std::time::Duration;
+/// use babelqueue::transport::redis::RedisOptions;
+///
+/// let options = RedisOptions::new()
+///     .reservation_deadline(Some(Duration::from_secs(300)))
+///     .block_slice(Duration::from_millis(250));
+/// assert_eq!(options.dead_letter_queue("orders"), "orders.dlq");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    processing_suffix: String,
+    dlq_suffix: String,
+    reservation_deadline: Option<Duration>,
+    key_prefix: String,
+    retry_after: Option<Duration>,
+    block_slice: Duration,
+    migration_batch: Option<NonZeroUsize>,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            processing_suffix: ":processing".to_owned(),
+            dlq_suffix: ".dlq".to_owned(),
+            reservation_deadline: Some(Duration::from_secs(90)),
+            key_prefix: "queues:".to_owned(),
+            retry_after: Some(Duration::from_secs(90)),
+            block_slice: Duration::from_secs(1),
+            migration_batch: None,
+            connection_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Default layout: the suffix of the in-flight list, `<queue><suffix>`; its deadline set is
+    /// `<queue><suffix>:deadlines`. Default `:processing`. Must not be empty.
+    pub fn processing_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.processing_suffix = suffix.into();
+        self
+    }
+
+    /// The suffix that names a queue's dead-letter queue (see
+    /// [`dead_letter_queue`](Self::dead_letter_queue)). Default `.dlq`. Must not be empty.
+    pub fn dlq_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.dlq_suffix = suffix.into();
+        self
+    }
+
+    /// Default layout: how long a reservation may stay unsettled before the sweep that runs
+    /// before every reserve returns it to the end of its queue (a worker killed mid-job loses
+    /// nothing). Whole seconds, a fraction rounded up. `None` never sweeps this worker's
+    /// reservations. Default 90 s.
+    pub fn reservation_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.reservation_deadline = deadline;
+        self
+    }
+
+    /// Laravel layout: the prefix of every key, `<prefix><queue>`. Default `queues:`, Laravel's.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Laravel layout: how long a reservation stays in `:reserved` before a pop (ours, Laravel's
+    /// or Python's) migrates it back to the queue. Whole seconds, a fraction rounded up. `None`
+    /// reserves until settled and recovers nobody's lapsed reservations. Default 90 s (Python's;
+    /// Laravel's connector default is 60 s).
+    pub fn retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// The longest single block on the server while waiting for work; the wait is re-armed
+    /// until the caller's `wait` is spent, and lapsed reservations and due delayed jobs are
+    /// picked up at least this often. Between 1 ms and 1 s. Default 1 s.
+    pub fn block_slice(mut self, slice: Duration) -> Self {
+        self.block_slice = slice;
+        self
+    }
+
+    /// How many lapsed reservations (default layout) or due members of each sorted set (Laravel
+    /// layout) one reserve moves back at most. Default `None`: all of them.
+    pub fn migration_batch(mut self, batch: Option<NonZeroUsize>) -> Self {
+        self.migration_batch = batch;
+        self
+    }
+
+    /// How long connecting to the server may take. Default 5 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long the server may take to answer one command (a blocking wait gets its slice on
+    /// top). Default 5 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The dead-letter queue of `queue`: `<queue><dlq suffix>`, e.g. `orders.dlq`.
+    pub fn dead_letter_queue(&self, queue: &str) -> String {
+        format!("{queue}{}", self.dlq_suffix)
+    }
+
+    fn validate(&self) -> crate::Result<()> {
+        let invalid = |option, reason: &str| {
+            Err(crate::Error::InvalidOption {
+                option,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.processing_suffix.is_empty() {
+            return invalid(
+                "processing_suffix",
+                "must not be empty: the in-flight list would be the queue itself",
+            );
+        }
+        if self.dlq_suffix.is_empty() {
+            return invalid(
+                "dlq_suffix",
+                "must not be empty: the dead-letter queue would be the queue itself",
+            );
+        }
+        if self.block_slice < Duration::from_millis(1) || self.block_slice > Duration::from_secs(1)
+        {
+            return invalid(
+                "block_slice",
+                "must be between 1 ms and 1 s, so that lapsed reservations and due jobs are seen",
+            );
+        }
+        if self.connection_timeout.is_zero() || self.response_timeout.is_zero() {
+            return invalid(
+                "connection_timeout/response_timeout",
+                "must be longer than zero",
+            );
+        }
+        Ok(())
+    }
+
+    /// The sweep or migration batch as the scripts take it (`-1` = all).
+    fn batch_arg(&self) -> i64 {
+        self.migration_batch
+            .map_or(-1, |n| i64::try_from(n.get()).unwrap_or(i64::MAX))
+    }
+}
+
+/// A score `seconds` after `now`, as the scripts take it: whole seconds, a fraction rounded up,
+/// or `+inf` for never.
+fn deadline_score(now: i64, after: Option<Duration>) -> String {
+    match after {
+        Some(after) => now.saturating_add(whole_seconds_up(after)).to_string(),
+        None => "+inf".to_owned(),
+    }
+}
+
+fn whole_seconds_up(duration: Duration) -> i64 {
+    let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    i64::try_from(seconds).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_are_whole_seconds_rounded_up_or_infinite() {
+        assert_eq!(deadline_score(100, Some(Duration::from_secs(90))), "190");
+        assert_eq!(deadline_score(100, Some(Duration::from_millis(1))), "101");
+        assert_eq!(deadline_score(100, Some(Duration::ZERO)), "100");
+        assert_eq!(deadline_score(100, None), "+inf");
+        assert_eq!(
+            deadline_score(i64::MAX - 1, Some(Duration::from_secs(5))),
+            i64::MAX.to_string()
+        );
+    }
+
+    #[test]
+    fn options_refuse_what_would_break_the_layout() {
+        let option = |options: RedisOptions| match options.validate() {
+            Err(crate::Error::InvalidOption { option, .. }) => option,
+            other => panic!("expected an invalid option, got {other:?}"),
+        };
+        assert_eq!(
+            option(RedisOptions::new().processing_suffix("")),
+            "processing_suffix"
+        );
+        assert_eq!(option(RedisOptions::new().dlq_suffix("")), "dlq_suffix");
+        assert_eq!(
+            option(RedisOptions::new().block_slice(Duration::ZERO)),
+            "block_slice"
+        );
+        assert_eq!(
+            option(RedisOptions::new().block_slice(Duration::from_secs(2))),
+            "block_slice"
+        );
+        assert!(RedisOptions::new().validate().is_ok());
+    }
+
+    #[test]
+    fn batch_is_all_unless_bounded() {
+        assert_eq!(RedisOptions::new().batch_arg(), -1);
+        assert_eq!(
+            RedisOptions::new()
+                .migration_batch(NonZeroUsize::new(100))
+                .batch_arg(),
+            100
+        );
+    }
+}

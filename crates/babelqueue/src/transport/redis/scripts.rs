@@ -1,0 +1,163 @@
+//! The Lua scripts of both Redis layouts. Each runs atomically on the server, so a reservation is
+//! never half taken or half settled; each is sent by SHA (`EVALSHA`, loaded on first use), one
+//! round trip per call.
+//!
+//! Scores are whole epoch seconds from the client's clock, as every other SDK writes them.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Default layout, reserve. Sweeps first, then takes the head of the ready list.
+///
+/// KEYS: ready list, processing list, deadline set. ARGV: now, sweep batch (`-1` = all),
+/// the new reservation's deadline score (`+inf` allowed), its token.
+///
+/// The sweep returns each reservation whose deadline lapsed to the end of the ready list, bytes
+/// and `attempts` unchanged (a recovery is not an attempt on this layout), and drops every lapsed
+/// member, a malformed one (shorter than 34 bytes or without `:` at byte 33) or one whose value
+/// is no longer in the processing list only from the set. The reserve moves the head into the
+/// processing list and records the member `<token>:<value>`. Returns the stored value, or nil.
+pub(super) static RESERVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local lapsed = redis.call('zrangebyscore', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+for _, member in ipairs(lapsed) do
+    if #member >= 34 and string.byte(member, 33) == 58 then
+        local value = string.sub(member, 34)
+        if redis.call('lrem', KEYS[2], 1, value) == 1 then
+            redis.call('rpush', KEYS[1], value)
+        end
+    end
+    redis.call('zrem', KEYS[3], member)
+end
+local value = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+if not value then
+    return false
+end
+redis.call('zadd', KEYS[3], ARGV[3], ARGV[4] .. ':' .. value)
+return value
+",
+    )
+});
+
+/// Default layout, settle (ack, retry, release, dead-letter), gated on the reservation's own
+/// deadline member: acts only while it exists, so a late settle of a reservation that was swept
+/// and delivered again touches nothing of the newer one.
+///
+/// KEYS: processing list, deadline set, and optionally the list to push to. ARGV: token, stored
+/// value, and the value to push. Returns 1 when it settled, 0 when it touched nothing.
+pub(super) static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('zrem', KEYS[2], ARGV[1] .. ':' .. ARGV[2]) == 0 then
+    return 0
+end
+if KEYS[3] then
+    redis.call('rpush', KEYS[3], ARGV[3])
+end
+redis.call('lrem', KEYS[1], 1, ARGV[2])
+return 1
+",
+    )
+});
+
+/// Laravel layout, push: the job and one wake-up token.
+///
+/// KEYS: ready list, notify list. ARGV: the job.
+pub(super) static LARAVEL_PUSH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+redis.call('rpush', KEYS[1], ARGV[1])
+redis.call('rpush', KEYS[2], 1)
+return 1
+",
+    )
+});
+
+/// Laravel layout, pop: Laravel's migration of due `:delayed` and (when recovery is on) lapsed
+/// `:reserved` members back to the ready list, byte for byte, in chunks of 100 with one notify
+/// token each; then Laravel's reserve, hardened as the Python SDK does: a job that does not
+/// decode, is not an object, has no numeric `attempts` or cannot be re-encoded is reserved raw.
+/// Otherwise the reserved member is the job re-encoded by cjson with `attempts + 1`, exactly
+/// what a Laravel worker reserves, so either side can settle the other's reservation.
+///
+/// KEYS: ready list, reserved set, notify list, delayed set. ARGV: now, migration batch (`-1` =
+/// all), the reserved-until score (`+inf` allowed), `1` to recover lapsed reservations.
+/// Returns `{job, reserved member}`, or nil when the queue is empty.
+pub(super) static LARAVEL_POP: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local function migrate(from)
+    local due = redis.call('zrangebyscore', from, '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+    if next(due) ~= nil then
+        redis.call('zremrangebyrank', from, 0, #due - 1)
+        for i = 1, #due, 100 do
+            local last = math.min(i + 99, #due)
+            redis.call('rpush', KEYS[1], unpack(due, i, last))
+            for _ = i, last do
+                redis.call('rpush', KEYS[3], 1)
+            end
+        end
+    end
+end
+migrate(KEYS[4])
+if ARGV[4] == '1' then
+    migrate(KEYS[2])
+end
+local job = redis.call('lpop', KEYS[1])
+if not job then
+    return false
+end
+local reserved = job
+local decoded_ok, decoded = pcall(cjson.decode, job)
+if decoded_ok and type(decoded) == 'table' and type(decoded['attempts']) == 'number' then
+    decoded['attempts'] = decoded['attempts'] + 1
+    local encoded_ok, encoded = pcall(cjson.encode, decoded)
+    if encoded_ok then
+        reserved = encoded
+    end
+end
+redis.call('zadd', KEYS[2], ARGV[3], reserved)
+redis.call('lpop', KEYS[3])
+return {job, reserved}
+",
+    )
+});
+
+/// Laravel layout, release and retry: the reservation leaves `:reserved` and the body enters
+/// `:delayed` in one step, only while the reservation is still held (a reservation that lapsed
+/// and was migrated back is already in the ready list; writing it again would duplicate it).
+///
+/// KEYS: reserved set, delayed set. ARGV: reserved member, body, available-at score.
+/// Returns 1 when it settled, 0 when it touched nothing.
+pub(super) static LARAVEL_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
+    return 0
+end
+redis.call('zadd', KEYS[2], ARGV[3], ARGV[2])
+return 1
+",
+    )
+});
+
+/// Laravel layout, dead-letter: the reservation leaves `:reserved` and the body is pushed to the
+/// dead-letter queue (with a wake-up token, as for any Laravel queue) in one step, only while the
+/// reservation is still held.
+///
+/// KEYS: reserved set, dead-letter ready list, its notify list. ARGV: reserved member, body.
+/// Returns 1 when it settled, 0 when it touched nothing.
+pub(super) static LARAVEL_DEAD_LETTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
+    return 0
+end
+redis.call('rpush', KEYS[2], ARGV[2])
+redis.call('rpush', KEYS[3], 1)
+return 1
+",
+    )
+});
