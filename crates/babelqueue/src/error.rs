@@ -93,6 +93,64 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// The AMQP broker (RabbitMQ or the embedded `memory://` broker) failed an operation.
+    #[error("broker: {0}")]
+    Amqp(#[from] polyq_amqp::Error),
+    /// The broker did not take a published message (a negative confirm, or no queue to route to).
+    #[error("the broker did not take the message for queue {queue:?}: {why}")]
+    NotPublished {
+        /// The queue it was addressed to.
+        queue: String,
+        /// What the broker answered.
+        why: String,
+    },
+    /// A broker URL this crate cannot connect to.
+    #[error("cannot connect to {url}: {reason}")]
+    UnsupportedUrl {
+        /// The URL, credentials redacted.
+        url: String,
+        /// What is wrong with it and what is accepted.
+        reason: String,
+    },
+    /// A runtime option is out of range.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOption {
+        /// The option.
+        option: &'static str,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A Redis operation failed, or a settle found its reservation no longer held.
+    #[error("Redis at {url}: {operation}: {message}")]
+    Redis {
+        /// The server, credentials hidden.
+        url: String,
+        /// What was being done, e.g. `reserve from "orders"`.
+        operation: String,
+        /// What kind of failure it is, for a caller to match.
+        kind: RedisErrorKind,
+        /// What went wrong and, where it helps, what to do.
+        message: String,
+    },
+}
+
+/// What kind of failure an [`Error::Redis`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisErrorKind {
+    /// The server could not be reached, or the connection broke or timed out; retrying later may
+    /// succeed. A settle that failed this way may or may not have happened; either way nothing is
+    /// lost, as a reservation left unsettled comes back after its deadline.
+    Connection,
+    /// The server refused or failed the command (authentication, a wrong key type, a script
+    /// error); retrying unchanged will not help.
+    Command,
+    /// A settle found its reservation no longer held: its deadline lapsed and it went back to the
+    /// queue, or it was already settled. Nothing was written.
+    ReservationLost,
+    /// A body that is not UTF-8 was given with out-of-band headers, which only a JSON header
+    /// frame can carry.
+    Unframeable,
 }
 
 /// `Result` with the crate's [`Error`].

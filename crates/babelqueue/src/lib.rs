@@ -3,7 +3,7 @@
 //! The `{job, trace_id, data, meta, attempts}` JSON envelope that the PHP, Go, Python, Node, .NET
 //! and Java SDKs produce and consume, written and read byte-compatibly.
 //!
-//! This is the contract layer: pure functions and types, no I/O, no async.
+//! The contract layer is pure functions and types, no I/O, no async:
 //!
 //! - [`make`] builds an envelope, [`Envelope::encode`] writes the canonical bytes.
 //! - [`decode`] reads strict JSON, resolves identity, drops forbidden keys with [`Warning`]s and
@@ -13,6 +13,14 @@
 //!   Kafka, Artemis, the Redis header frame) and the schema-version gates.
 //! - [`idempotency`], [`schema`] and [`urn`] are the optional helpers; [`conformance`] runs the
 //!   cross-SDK conformance suite.
+//!
+//! On top of it, the runtime (async, tokio):
+//!
+//! - [`BabelQueue`] connects to a queue by URL (`memory://`, `amqp://`, `redis://`), publishes,
+//!   and hands out [`worker::Worker`]s and [`redrive`]s.
+//! - [`transport`] holds the broker bindings, all behind one [`transport::Transport`] trait, so
+//!   [`worker`] and [`redrive`] run the same code on every broker.
+//! - See `docs/babelqueue-runtime.md` for the runtime's choices and what runs where.
 //!
 //! ```
 //! use serde_json::json;
@@ -29,6 +37,7 @@
 //! # Ok::<(), babelqueue::Error>(())
 //! ```
 
+mod client;
 mod codec;
 pub mod conformance;
 pub mod dead_letter;
@@ -39,10 +48,15 @@ pub mod idempotency;
 mod make;
 pub mod projection;
 mod rawjson;
+pub mod redrive;
 pub mod schema;
+pub mod transport;
 mod typed;
 pub mod urn;
 pub mod whitespace;
+pub mod worker;
+
+pub use client::{BabelQueue, Builder};
 
 pub use codec::{
     Decoded, Reason, Verdict, Warning, WarningHook, classify, decode, set_warning_hook,

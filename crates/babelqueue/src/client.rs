@@ -1,0 +1,221 @@
+//! The entry point: a queue on a broker named by URL.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::redrive::{RedriveOptions, RedriveReport};
+use crate::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport};
+use crate::worker::Worker;
+use crate::{Envelope, MakeOptions, Message, Result};
+
+/// One queue on one broker: publish to it, run workers on it, redrive its dead-letter queue.
+/// Cheap to clone; clones share the connection.
+///
+/// [`BabelQueue::connect`] picks the binding from the URL (see [`AnyTransport`]); any other
+/// [`Transport`] can be used with [`BabelQueue::with_transport`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> babelqueue::Result<()> {
+/// use std::time::Duration;
+/// use serde_json::json;
+///
+/// let queue = babelqueue::BabelQueue::builder("memory://doc-client")
+///     .queue("orders")
+///     .connect()
+///     .await?;
+/// let sent = queue.publish("urn:babel:orders:created", &json!({"order_id": 7})).await?;
+/// assert_eq!(sent.meta().unwrap().queue(), Some("orders"));
+///
+/// let report = queue
+///     .worker()
+///     .handle("urn:babel:orders:created", |job| async move {
+///         assert_eq!(job.data().unwrap().as_str(), r#"{"order_id":7}"#);
+///         Ok::<_, std::convert::Infallible>(())
+///     })
+///     .consume(1, Duration::from_secs(1))
+///     .await?;
+/// assert_eq!(report.succeeded, 1);
+/// # Ok(())
+/// # }
+/// ```
+pub struct BabelQueue<T: Transport = AnyTransport> {
+    transport: Arc<T>,
+    queue: String,
+}
+
+impl<T: Transport> Clone for BabelQueue<T> {
+    fn clone(&self) -> Self {
+        Self {
+            transport: self.transport.clone(),
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+impl<T: Transport> std::fmt::Debug for BabelQueue<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BabelQueue")
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`BabelQueue`] from a URL. Every setter documents its default.
+#[derive(Debug, Clone)]
+pub struct Builder {
+    url: String,
+    queue: String,
+    options: ConnectOptions,
+}
+
+impl Builder {
+    /// The queue to publish to and consume from (default `default`, as in every SDK).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// The AMQP prefetch window (default 100; `memory://`, `amqp://`, `amqps://`).
+    pub fn prefetch(mut self, prefetch: u16) -> Self {
+        self.options = self.options.prefetch(prefetch);
+        self
+    }
+
+    /// The Redis key layout (default [`RedisLayout::Default`]; `redis://`, `rediss://`).
+    pub fn redis_layout(mut self, layout: RedisLayout) -> Self {
+        self.options = self.options.redis_layout(layout);
+        self
+    }
+
+    /// All connection options at once.
+    pub fn options(mut self, options: ConnectOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Connects.
+    ///
+    /// # Errors
+    /// As [`AnyTransport::connect`].
+    pub async fn connect(self) -> Result<BabelQueue> {
+        let transport = AnyTransport::connect(&self.url, self.options).await?;
+        Ok(BabelQueue::with_transport(transport, self.queue))
+    }
+}
+
+impl BabelQueue {
+    /// Connects to `url` with the queue `default` and default options.
+    ///
+    /// # Errors
+    /// As [`AnyTransport::connect`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder(url).connect().await
+    }
+
+    /// A builder for `url` (`memory://` when empty).
+    pub fn builder(url: impl Into<String>) -> Builder {
+        Builder {
+            url: url.into(),
+            queue: "default".to_owned(),
+            options: ConnectOptions::default(),
+        }
+    }
+}
+
+impl<T: Transport> BabelQueue<T> {
+    /// A queue on an existing binding.
+    pub fn with_transport(transport: T, queue: impl Into<String>) -> Self {
+        Self::with_shared_transport(Arc::new(transport), queue)
+    }
+
+    /// A queue on a binding shared with others.
+    pub fn with_shared_transport(transport: Arc<T>, queue: impl Into<String>) -> Self {
+        Self {
+            transport,
+            queue: queue.into(),
+        }
+    }
+
+    /// The same connection, another queue.
+    pub fn on_queue(&self, queue: impl Into<String>) -> Self {
+        Self::with_shared_transport(self.transport.clone(), queue)
+    }
+
+    /// The queue name.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The binding.
+    pub fn transport(&self) -> &Arc<T> {
+        &self.transport
+    }
+
+    /// Builds the envelope for `urn` and `data` (see [`crate::make`]) with `meta.queue` set to
+    /// this queue, publishes it, waits for the broker to take it, and returns it.
+    ///
+    /// # Errors
+    /// As [`crate::make`], or the binding's error when the broker does not take it.
+    pub async fn publish<D: Serialize + ?Sized>(&self, urn: &str, data: &D) -> Result<Envelope> {
+        self.publish_with(urn, data, MakeOptions::new(), &[]).await
+    }
+
+    /// [`BabelQueue::publish`] with envelope options (trace continuation, meta extension keys)
+    /// and out-of-band headers (`traceparent`, …). `meta.queue` is always this queue.
+    ///
+    /// # Errors
+    /// As [`BabelQueue::publish`].
+    pub async fn publish_with<D: Serialize + ?Sized>(
+        &self,
+        urn: &str,
+        data: &D,
+        options: MakeOptions,
+        headers: &[(String, String)],
+    ) -> Result<Envelope> {
+        let envelope = crate::make(urn, data, options.queue(self.queue.as_str()))?;
+        self.publish_envelope(&envelope, headers).await?;
+        Ok(envelope)
+    }
+
+    /// Publishes a typed [`Message`] (its URN, payload and trace id).
+    ///
+    /// # Errors
+    /// As [`BabelQueue::publish`].
+    pub async fn publish_message<M: Message + ?Sized>(&self, message: &M) -> Result<Envelope> {
+        let envelope = message.to_envelope(MakeOptions::new().queue(self.queue.as_str()))?;
+        self.publish_envelope(&envelope, &[]).await?;
+        Ok(envelope)
+    }
+
+    /// Publishes an envelope as it is (its canonical encoding) to this queue.
+    ///
+    /// # Errors
+    /// [`crate::Error::BlankUrn`] or [`crate::Error::ReservedKey`] when it cannot be encoded; the
+    /// binding's error when the broker does not take it.
+    pub async fn publish_envelope(
+        &self,
+        envelope: &Envelope,
+        headers: &[(String, String)],
+    ) -> Result<()> {
+        let body = envelope.encode()?;
+        self.transport
+            .publish(&self.queue, body.into(), headers)
+            .await
+    }
+
+    /// A worker on this queue (dead-letter queue `<queue>.dlq`), to be given handlers.
+    pub fn worker(&self) -> Worker<T> {
+        Worker::new(self.transport.clone(), self.queue.clone())
+    }
+
+    /// Redrives this queue's dead-letter queue, `<queue>.dlq` (see [`crate::redrive::redrive`]).
+    ///
+    /// # Errors
+    /// As [`crate::redrive::redrive`].
+    pub async fn redrive(&self, options: &RedriveOptions) -> Result<RedriveReport> {
+        let dlq = format!("{}.dlq", self.queue);
+        crate::redrive::redrive(self.transport.as_ref(), &dlq, options).await
+    }
+}

@@ -1,0 +1,114 @@
+//! Broker bindings for the worker runtime: each moves bytes and settles reservations, and knows
+//! nothing of the envelope. Retry, dead-letter and redrive decisions are made once, in the runtime,
+//! and run unchanged on every binding.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+mod amqp;
+mod any;
+#[cfg(feature = "redis")]
+pub mod redis;
+
+pub use amqp::{AmqpOptions, AmqpReceipt, AmqpTransport};
+pub use any::{AnyReceipt, AnyTransport, ConnectOptions, RedisLayout};
+
+/// Out-of-band headers that ride beside a body (`traceparent`, `tracestate`, `bq-replay-bypass`),
+/// in the order they were read or are to be written.
+pub type Headers = Vec<(String, String)>;
+
+/// What a binding can do beyond moving bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// A retry or release can be delayed by the broker (Laravel `:delayed`, RabbitMQ TTL queues).
+    pub delay: bool,
+    /// Out-of-band headers survive the trip (AMQP headers, the Redis header frame).
+    pub headers: bool,
+}
+
+/// One reserved message: the envelope bytes exactly as stored (unwrapped from any header frame),
+/// its out-of-band headers, and the receipt that settles it.
+#[derive(Debug)]
+pub struct Reserved<R> {
+    /// The envelope bytes as the producer wrote them.
+    pub body: Bytes,
+    /// Out-of-band headers that came with it.
+    pub headers: Headers,
+    /// The broker's own count of earlier attempts, where it keeps one apart from the body (the
+    /// RabbitMQ `x-attempts` header); reconciled with the body by the projection rules.
+    pub broker_attempts: Option<i64>,
+    /// Settles this reservation.
+    pub receipt: R,
+}
+
+/// A broker binding. Every method that settles a reservation leaves it unsettled when it fails,
+/// so the message comes back rather than being lost.
+pub trait Transport: Send + Sync + 'static {
+    /// Identifies one reservation.
+    type Receipt: Send + Sync + 'static;
+
+    /// What this binding can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Publishes a body to a queue, waiting for the broker to take it (a confirm on RabbitMQ).
+    fn publish(
+        &self,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+    ) -> impl Future<Output = crate::Result<()>> + Send;
+
+    /// Reserves the next message of a queue, waiting up to `wait`; `None` when there is none.
+    fn reserve(
+        &self,
+        queue: &str,
+        wait: Duration,
+    ) -> impl Future<Output = crate::Result<Option<Reserved<Self::Receipt>>>> + Send;
+
+    /// Removes a handled message for good.
+    fn ack(&self, receipt: &Self::Receipt) -> impl Future<Output = crate::Result<()>> + Send;
+
+    /// Replaces a reserved message with `body` (its next attempt) on `queue`, after `delay` where
+    /// the binding can delay, then settles the reservation.
+    fn retry(
+        &self,
+        receipt: &Self::Receipt,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+        delay: Duration,
+    ) -> impl Future<Output = crate::Result<()>> + Send;
+
+    /// Puts a reserved message back unchanged, after `delay` where the binding can delay.
+    fn release(
+        &self,
+        receipt: &Self::Receipt,
+        delay: Duration,
+    ) -> impl Future<Output = crate::Result<()>> + Send;
+
+    /// Writes `body` to the dead-letter queue `dlq`, then settles the reservation.
+    fn dead_letter(
+        &self,
+        receipt: &Self::Receipt,
+        dlq: &str,
+        body: Bytes,
+    ) -> impl Future<Output = crate::Result<()>> + Send;
+
+    /// The broker's schema-version property of a reservation, read before its body is decoded
+    /// (the schema-version gate, [`crate::projection::schema_version_gate`]); `None` where the
+    /// binding carries none. Default: none.
+    fn schema_version(&self, receipt: &Self::Receipt) -> Option<String> {
+        let _ = receipt;
+        None
+    }
+
+    /// Hands back what the binding holds for `queue` beyond the reservations it gave out (a
+    /// prefetch window), so other consumers get it. The runtime calls it when it stops reserving
+    /// from a queue; a later [`Transport::reserve`] starts again. Default: nothing is held.
+    fn unsubscribe(&self, queue: &str) -> impl Future<Output = crate::Result<()>> + Send {
+        let _ = queue;
+        std::future::ready(Ok(()))
+    }
+}

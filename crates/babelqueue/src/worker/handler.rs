@@ -1,0 +1,92 @@
+//! The URN → handler registry.
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::FutureExt as _;
+
+use super::Job;
+
+/// Why a handler failed, as the `dead_letter` block records it.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    /// The error's message.
+    pub(crate) message: String,
+    /// The error's type name (informational, like Go's `%T`).
+    pub(crate) exception: String,
+}
+
+type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send>>;
+
+/// A registered handler with its error type erased.
+pub(crate) trait Handler: Send + Sync {
+    fn call(&self, job: Job) -> HandlerFuture;
+}
+
+struct FnHandler<F, E> {
+    f: F,
+    error: std::marker::PhantomData<fn() -> E>,
+}
+
+impl<F, Fut, E> Handler for FnHandler<F, E>
+where
+    F: Fn(Job) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Display + 'static,
+{
+    fn call(&self, job: Job) -> HandlerFuture {
+        let future = (self.f)(job);
+        Box::pin(async move {
+            match AssertUnwindSafe(future).catch_unwind().await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(Failure {
+                    message: error.to_string(),
+                    exception: std::any::type_name::<E>().to_owned(),
+                }),
+                // One bad message must not take the worker down: a panic is a failure like any
+                // other, retried or dead-lettered.
+                Err(panic) => Err(Failure {
+                    message: panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "the handler panicked".to_owned()),
+                    exception: "panic".to_owned(),
+                }),
+            }
+        })
+    }
+}
+
+/// URN → handler, exact match, the last registration of a URN wins.
+#[derive(Clone, Default)]
+pub(crate) struct Registry {
+    handlers: HashMap<String, Arc<dyn Handler>>,
+}
+
+impl Registry {
+    pub(crate) fn insert<F, Fut, E>(&mut self, urn: impl Into<String>, f: F)
+    where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Display + 'static,
+    {
+        let handler = FnHandler {
+            f,
+            error: std::marker::PhantomData,
+        };
+        self.handlers.insert(urn.into(), Arc::new(handler));
+    }
+
+    pub(crate) fn get(&self, urn: &str) -> Option<&Arc<dyn Handler>> {
+        self.handlers.get(urn)
+    }
+
+    pub(crate) fn urns(&self) -> impl Iterator<Item = &str> {
+        self.handlers.keys().map(String::as_str)
+    }
+}

@@ -1,0 +1,147 @@
+//! What the runtime tests share: one scenario runs on the embedded broker and on RabbitMQ.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use babelqueue::BabelQueue;
+use bytes::Bytes;
+use polyq_amqp::{Client, Delivery, OutgoingMessage, Properties};
+
+/// Upper bound for anything awaited in a test.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+/// How long a bounded consume waits for one more message before it returns.
+pub const IDLE: Duration = Duration::from_millis(500);
+
+/// Declares `#[tokio::test]`s `memory` and `rabbitmq` in a module named after the scenario.
+#[macro_export]
+macro_rules! on_both_brokers {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                super::$scenario(&$crate::runtime_support::memory_url()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rabbitmq() {
+                super::$scenario(&polyq_testkit::amqp_url()).await;
+            }
+        }
+    )*};
+}
+
+/// A fresh embedded broker.
+pub fn memory_url() -> String {
+    format!("memory://{}", polyq_testkit::unique_name("bq-rt"))
+}
+
+/// A queue with a unique name, a plain client beside it to look at the broker, and the names to
+/// delete at the end.
+pub struct Scene {
+    pub queue: BabelQueue,
+    pub client: Client,
+    extra: Vec<String>,
+}
+
+impl Scene {
+    pub async fn new(url: &str) -> Self {
+        let name = polyq_testkit::unique_name("bq-rt");
+        let queue = BabelQueue::builder(url)
+            .queue(&name)
+            .connect()
+            .await
+            .unwrap();
+        let client = Client::connect(url).await.unwrap();
+        Self {
+            queue,
+            client,
+            extra: Vec::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.queue.queue()
+    }
+
+    pub fn dlq(&self) -> String {
+        format!("{}.dlq", self.name())
+    }
+
+    /// Another queue of this scene, deleted at the end.
+    pub fn other(&mut self, suffix: &str) -> String {
+        let name = format!("{}.{suffix}", self.name());
+        self.extra.push(name.clone());
+        name
+    }
+
+    /// Publishes raw bytes with raw properties, as a foreign producer would.
+    pub async fn publish_raw(&self, queue: &str, properties: Properties, body: impl Into<Bytes>) {
+        self.client
+            .declare_queue(&polyq_amqp::QueueSpec::new(queue))
+            .await
+            .unwrap();
+        let confirm = self
+            .client
+            .publish(OutgoingMessage::new("", queue, properties, body))
+            .await
+            .unwrap();
+        assert_eq!(confirm.await.unwrap(), polyq_amqp::PublishOutcome::Acked);
+    }
+
+    /// Takes the next message of `queue`, waiting up to [`PATIENCE`], and acknowledges it.
+    pub async fn take(&self, queue: &str) -> Delivery {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(delivery) = self.poll(queue).await {
+                return delivery;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no message arrived on {queue} within {PATIENCE:?}"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The next message of `queue` if one is ready now, acknowledged.
+    pub async fn poll(&self, queue: &str) -> Option<Delivery> {
+        match self.client.get(queue).await {
+            Ok(Some(delivery)) => {
+                delivery.ack().await.unwrap();
+                Some(delivery)
+            }
+            Ok(None) | Err(polyq_amqp::Error::NotFound { .. }) => None,
+            Err(error) => panic!("get from {queue}: {error}"),
+        }
+    }
+
+    /// Asserts that `queue` holds nothing ready.
+    pub async fn assert_empty(&self, queue: &str) {
+        if let Some(delivery) = self.poll(queue).await {
+            panic!(
+                "{queue} should be empty but holds {}",
+                String::from_utf8_lossy(&delivery.body)
+            );
+        }
+    }
+
+    pub async fn cleanup(self) {
+        let mut names = vec![self.name().to_owned(), self.dlq()];
+        names.extend(self.extra);
+        for name in names {
+            let _ = self.client.delete_queue(&name).await;
+        }
+        let _ = self.client.close().await;
+    }
+}
+
+/// The body of a delivery, decoded.
+pub fn envelope_of(delivery: &Delivery) -> babelqueue::Envelope {
+    babelqueue::decode(&delivery.body).unwrap().envelope
+}
+
+/// The body as JSON.
+pub fn json_of(delivery: &Delivery) -> serde_json::Value {
+    serde_json::from_slice(&delivery.body).unwrap()
+}
