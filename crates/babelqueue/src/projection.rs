@@ -565,6 +565,46 @@ mod tests {
     }
 
     #[test]
+    fn rabbitmq_contract_headers_win_over_out_of_band_ones() {
+        let body = br#"{"job":"urn:babel:a:b","trace_id":"t","data":{},"meta":{"id":"i","lang":"cobol","schema_version":1},"attempts":3000000000}"#;
+        let envelope = crate::decode(body).unwrap().envelope;
+        let props = rabbitmq_properties(
+            &envelope,
+            &[
+                ("x-attempts", "9"),
+                ("x-source-lang", "php"),
+                ("traceparent", "00-x"),
+                ("", "v"),
+                ("k", ""),
+            ],
+        );
+        assert_eq!(props.headers.len(), 4, "{:?}", props.headers);
+        assert_eq!(props.headers["x-attempts"], FieldValue::I64(3_000_000_000));
+        assert_eq!(props.headers["x-source-lang"].as_str(), Some("cobol"));
+        assert_eq!(props.headers["x-schema-version"], FieldValue::I32(1));
+        assert_eq!(props.delivery_mode, Some(2));
+        assert_eq!(props.content_encoding.as_deref(), Some("utf-8"));
+        assert_eq!(
+            (props.message_id.as_deref(), props.correlation_id.as_deref()),
+            (Some("i"), Some("t"))
+        );
+        assert_eq!(props.timestamp, None);
+    }
+
+    #[test]
+    fn frame_drops_blank_headers_and_keeps_the_last_of_a_name() {
+        let stored = frame("b", &[("a", "1"), ("", "x"), ("c", ""), ("a", "2")]);
+        assert_eq!(stored, r#"{"__bq_frame":1,"headers":{"a":"2"},"body":"b"}"#);
+        assert_eq!(
+            unframe(&stored),
+            (
+                Cow::Owned("b".to_owned()),
+                vec![("a".to_owned(), "2".to_owned())]
+            )
+        );
+    }
+
+    #[test]
     fn unframe_leaves_non_frames_alone() {
         for stored in [
             r#"{"job":"u"}"#,
