@@ -101,7 +101,8 @@ impl std::fmt::Debug for AmqpTransport {
 pub struct AmqpReceipt {
     acker: Acker,
     queue: String,
-    properties: Properties,
+    // Boxed: receipts travel in enums and tasks, the properties are only read on release.
+    properties: Box<Properties>,
     body: Bytes,
 }
 
@@ -373,7 +374,7 @@ impl Transport for AmqpTransport {
             receipt: AmqpReceipt {
                 acker: delivery.acker,
                 queue: queue.to_owned(),
-                properties: delivery.properties,
+                properties: Box::new(delivery.properties),
                 body: delivery.body,
             },
         }))
@@ -404,7 +405,7 @@ impl Transport for AmqpTransport {
         }
         self.publish_after(
             &receipt.queue,
-            receipt.properties.clone(),
+            (*receipt.properties).clone(),
             receipt.body.clone(),
             delay,
         )

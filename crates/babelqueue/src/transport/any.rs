@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+#[cfg(feature = "redis")]
+use super::redis::{LaravelReceipt, LaravelTransport, RedisOptions, RedisReceipt, RedisTransport};
 use super::{AmqpOptions, AmqpReceipt, AmqpTransport, Capabilities, Reserved, Transport};
 use crate::{Error, Result};
 
@@ -26,6 +28,9 @@ pub struct ConnectOptions {
     pub amqp: AmqpOptions,
     /// The key layout of `redis://` and `rediss://`. Default [`RedisLayout::Default`].
     pub redis_layout: RedisLayout,
+    /// Options of `redis://` and `rediss://` (both layouts).
+    #[cfg(feature = "redis")]
+    pub redis: RedisOptions,
 }
 
 impl ConnectOptions {
@@ -38,6 +43,13 @@ impl ConnectOptions {
     /// Sets the Redis key layout (default [`RedisLayout::Default`]).
     pub fn redis_layout(mut self, layout: RedisLayout) -> Self {
         self.redis_layout = layout;
+        self
+    }
+
+    /// Sets the Redis options (default [`RedisOptions::default`]).
+    #[cfg(feature = "redis")]
+    pub fn redis(mut self, options: RedisOptions) -> Self {
+        self.redis = options;
         self
     }
 }
@@ -62,6 +74,12 @@ impl ConnectOptions {
 pub enum AnyTransport {
     /// `memory://`, `amqp://`, `amqps://`.
     Amqp(AmqpTransport),
+    /// `redis://`, `rediss://` in the default layout.
+    #[cfg(feature = "redis")]
+    Redis(RedisTransport),
+    /// `redis://`, `rediss://` in the Laravel layout.
+    #[cfg(feature = "redis")]
+    Laravel(LaravelTransport),
 }
 
 /// The receipt of an [`AnyTransport`] reservation.
@@ -70,6 +88,12 @@ pub enum AnyTransport {
 pub enum AnyReceipt {
     /// From [`AnyTransport::Amqp`].
     Amqp(AmqpReceipt),
+    /// From [`AnyTransport::Redis`].
+    #[cfg(feature = "redis")]
+    Redis(RedisReceipt),
+    /// From [`AnyTransport::Laravel`].
+    #[cfg(feature = "redis")]
+    Laravel(LaravelReceipt),
 }
 
 impl AnyTransport {
@@ -88,6 +112,15 @@ impl AnyTransport {
             "memory" | "amqp" | "amqps" => Ok(AnyTransport::Amqp(
                 AmqpTransport::connect_with(url, options.amqp).await?,
             )),
+            #[cfg(feature = "redis")]
+            "redis" | "rediss" => Ok(match options.redis_layout {
+                RedisLayout::Default => {
+                    AnyTransport::Redis(RedisTransport::connect(url, options.redis).await?)
+                }
+                RedisLayout::Laravel => {
+                    AnyTransport::Laravel(LaravelTransport::connect(url, options.redis).await?)
+                }
+            }),
             _ => Err(Error::UnsupportedUrl {
                 url: polyq_amqp::redact_url(url),
                 reason: if cfg!(feature = "redis") {
@@ -102,12 +135,39 @@ impl AnyTransport {
 }
 
 /// Runs `$body` with `$t` bound to the binding and `$r` to its receipt.
+/// A receipt of another binding is refused with `$refused`.
 macro_rules! with_receipt {
-    ($self:ident, $receipt:ident, |$t:ident, $r:ident| $body:expr) => {
+    ($self:ident, $receipt:ident, |$t:ident, $r:ident| $body:expr, $refused:expr) => {
+        #[allow(unreachable_patterns)]
         match ($self, $receipt) {
             (AnyTransport::Amqp($t), AnyReceipt::Amqp($r)) => $body,
+            #[cfg(feature = "redis")]
+            (AnyTransport::Redis($t), AnyReceipt::Redis($r)) => $body,
+            #[cfg(feature = "redis")]
+            (AnyTransport::Laravel($t), AnyReceipt::Laravel($r)) => $body,
+            _ => $refused,
         }
     };
+}
+
+/// Runs `$body` with `$t` bound to the binding.
+macro_rules! with_binding {
+    ($self:ident, |$t:ident| $body:expr) => {
+        match $self {
+            AnyTransport::Amqp($t) => $body,
+            #[cfg(feature = "redis")]
+            AnyTransport::Redis($t) => $body,
+            #[cfg(feature = "redis")]
+            AnyTransport::Laravel($t) => $body,
+        }
+    };
+}
+
+fn foreign_receipt() -> Error {
+    Error::InvalidOption {
+        option: "receipt",
+        reason: "it was issued by another binding than the one asked to settle it".to_owned(),
+    }
 }
 
 /// Wraps a binding's reservation in the [`AnyReceipt`] variant.
@@ -127,25 +187,27 @@ impl Transport for AnyTransport {
     type Receipt = AnyReceipt;
 
     fn capabilities(&self) -> Capabilities {
-        match self {
-            AnyTransport::Amqp(t) => t.capabilities(),
-        }
+        with_binding!(self, |t| t.capabilities())
     }
 
     async fn publish(&self, queue: &str, body: Bytes, headers: &[(String, String)]) -> Result<()> {
-        match self {
-            AnyTransport::Amqp(t) => t.publish(queue, body, headers).await,
-        }
+        with_binding!(self, |t| t.publish(queue, body, headers).await)
     }
 
     async fn reserve(&self, queue: &str, wait: Duration) -> Result<Option<Reserved<AnyReceipt>>> {
         match self {
             AnyTransport::Amqp(t) => Ok(wrap(t.reserve(queue, wait).await?, AnyReceipt::Amqp)),
+            #[cfg(feature = "redis")]
+            AnyTransport::Redis(t) => Ok(wrap(t.reserve(queue, wait).await?, AnyReceipt::Redis)),
+            #[cfg(feature = "redis")]
+            AnyTransport::Laravel(t) => {
+                Ok(wrap(t.reserve(queue, wait).await?, AnyReceipt::Laravel))
+            }
         }
     }
 
     async fn ack(&self, receipt: &AnyReceipt) -> Result<()> {
-        with_receipt!(self, receipt, |t, r| t.ack(r).await)
+        with_receipt!(self, receipt, |t, r| t.ack(r).await, Err(foreign_receipt()))
     }
 
     async fn retry(
@@ -156,26 +218,37 @@ impl Transport for AnyTransport {
         headers: &[(String, String)],
         delay: Duration,
     ) -> Result<()> {
-        with_receipt!(self, receipt, |t, r| t
-            .retry(r, queue, body, headers, delay)
-            .await)
+        with_receipt!(
+            self,
+            receipt,
+            |t, r| t.retry(r, queue, body, headers, delay).await,
+            Err(foreign_receipt())
+        )
     }
 
     async fn release(&self, receipt: &AnyReceipt, delay: Duration) -> Result<()> {
-        with_receipt!(self, receipt, |t, r| t.release(r, delay).await)
+        with_receipt!(
+            self,
+            receipt,
+            |t, r| t.release(r, delay).await,
+            Err(foreign_receipt())
+        )
     }
 
     async fn dead_letter(&self, receipt: &AnyReceipt, dlq: &str, body: Bytes) -> Result<()> {
-        with_receipt!(self, receipt, |t, r| t.dead_letter(r, dlq, body).await)
+        with_receipt!(
+            self,
+            receipt,
+            |t, r| t.dead_letter(r, dlq, body).await,
+            Err(foreign_receipt())
+        )
     }
 
     fn schema_version(&self, receipt: &AnyReceipt) -> Option<String> {
-        with_receipt!(self, receipt, |t, r| t.schema_version(r))
+        with_receipt!(self, receipt, |t, r| t.schema_version(r), None)
     }
 
     async fn unsubscribe(&self, queue: &str) -> Result<()> {
-        match self {
-            AnyTransport::Amqp(t) => t.unsubscribe(queue).await,
-        }
+        with_binding!(self, |t| t.unsubscribe(queue).await)
     }
 }

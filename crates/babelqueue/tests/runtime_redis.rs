@@ -1,0 +1,142 @@
+//! The same worker and redrive code on Redis, in both key layouts, chosen by URL through
+//! `BabelQueue::builder`.
+
+#![cfg(feature = "redis")]
+
+use std::time::Duration;
+
+use babelqueue::BabelQueue;
+use babelqueue::redrive::RedriveOptions;
+use babelqueue::transport::{RedisLayout, Transport};
+use babelqueue::worker::{Job, UnknownUrn};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+const URN: &str = "urn:babel:orders:created";
+const IDLE: Duration = Duration::from_millis(500);
+
+async fn delete_keys_of(url: &str, name: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{name}*"))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+    }
+}
+
+async fn fail_dead_letter_redrive_replay(layout: RedisLayout) {
+    let url = polyq_testkit::redis_url();
+    let name = polyq_testkit::unique_name("bq-rt-redis");
+    let queue = BabelQueue::builder(&url)
+        .queue(&name)
+        .redis_layout(layout)
+        .connect()
+        .await
+        .unwrap();
+    let sent = queue
+        .publish_with(
+            URN,
+            &json!({"n": 1}),
+            babelqueue::MakeOptions::new().meta("vendor_flag", json!({})),
+            &[("traceparent".to_owned(), "00-r-01".to_owned())],
+        )
+        .await
+        .unwrap();
+
+    // The Laravel layout has nowhere to carry out-of-band headers; the default one frames them.
+    let headers = queue.transport().capabilities().headers;
+    let traceparent = headers.then(|| "00-r-01".to_owned());
+
+    // Fails twice: one retry, then the dead-letter queue with the block.
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let failing = tx.clone();
+    let report = queue
+        .worker()
+        .max_attempts(2)
+        .handle(URN, move |job: Job| {
+            let _ = failing.send((job.attempts(), job.header("traceparent").map(str::to_owned)));
+            async { Err("refused") }
+        })
+        .consume(5, IDLE)
+        .await
+        .unwrap();
+    assert_eq!((report.retried, report.dead_lettered), (1, 1), "{report:?}");
+    assert_eq!(seen.recv().await, Some((0, traceparent.clone())));
+    assert_eq!(seen.recv().await, Some((1, traceparent)));
+
+    // A dry run plans it back to its source; the real one moves it, marked as a replay.
+    let plan = queue
+        .redrive(&RedriveOptions::new().dry_run(true).wait(IDLE))
+        .await
+        .unwrap();
+    assert_eq!(
+        (plan.skipped, plan.items[0].to.as_str()),
+        (1, name.as_str())
+    );
+    assert_eq!(plan.items[0].reason, "failed");
+    let done = queue
+        .redrive(&RedriveOptions::new().bypass(true).wait(IDLE))
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.redriven, done.items[0].bypassed),
+        (1, headers),
+        "{done:?}"
+    );
+
+    let report = queue
+        .worker()
+        .handle(URN, move |job: Job| {
+            let _ = tx.send((job.attempts(), Some(job.is_replay().to_string())));
+            let intact = job.meta() == sent.meta() && job.envelope().dead_letter_raw().is_none();
+            async move {
+                if intact {
+                    Ok(())
+                } else {
+                    Err("changed by the trip")
+                }
+            }
+        })
+        .consume(1, IDLE)
+        .await
+        .unwrap();
+    assert_eq!(report.succeeded, 1, "{report:?}");
+    assert_eq!(seen.recv().await, Some((0, Some(headers.to_string()))));
+
+    // Unknown URNs under the dead_letter strategy, then nothing is left anywhere.
+    queue
+        .publish("urn:babel:nobody:home", &json!({}))
+        .await
+        .unwrap();
+    let report = queue
+        .worker()
+        .unknown_urn(UnknownUrn::DeadLetter)
+        .consume(1, IDLE)
+        .await
+        .unwrap();
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
+    let rest = queue
+        .redrive(&RedriveOptions::new().select(|_| false).wait(IDLE))
+        .await
+        .unwrap();
+    assert_eq!((rest.redriven, rest.skipped), (0, 1), "{rest:?}");
+    delete_keys_of(&url, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_layout() {
+    fail_dead_letter_redrive_replay(RedisLayout::Default).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn laravel_layout() {
+    fail_dead_letter_redrive_replay(RedisLayout::Laravel).await;
+}
