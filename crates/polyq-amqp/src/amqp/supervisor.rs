@@ -37,6 +37,8 @@ use crate::error::{Error, Result};
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// Upper bound of one connection attempt, unless the URL sets `connection_timeout`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `close` waits for the broker's close-ok.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// How many times an operation is tried again on a fresh channel after its channel closed under
 /// it while the connection stayed up.
 const CHANNEL_RETRIES: u8 = 3;
@@ -309,18 +311,25 @@ impl Shared {
         self.end_consumers();
         if let Link::Up(session) = link
             && session.is_up()
-            && let Err(error) = session
-                .connection
-                .close(200, "closed by the application".into())
-                .await
         {
-            // A channel the supervisor was opening at that moment can make lapin report an
-            // error although the connection did close; only a connection still open is a
-            // failure to close.
-            if session.is_up() {
-                return Err(from_lapin("close the connection", None, &error));
+            let closing = session
+                .connection
+                .close(200, "closed by the application".into());
+            match tokio::time::timeout(CLOSE_WAIT, closing).await {
+                Ok(Ok(())) => {}
+                // A channel closing at that moment (a cancelled consumer's, or one the
+                // supervisor was opening) can make lapin report an error although the
+                // connection did close; only a connection still open is a failure to close.
+                Ok(Err(error)) if session.is_up() => {
+                    return Err(from_lapin("close the connection", None, &error));
+                }
+                Ok(Err(error)) => {
+                    debug!(url = %self.shown_url, %error, "connection closed with an error");
+                }
+                // lapin can miss the broker's close-ok in that same race; the connection is
+                // dropped with the session either way.
+                Err(_) => debug!(url = %self.shown_url, "no close-ok from the broker in time"),
             }
-            debug!(url = %self.shown_url, %error, "connection closed with an error");
         }
         Ok(())
     }

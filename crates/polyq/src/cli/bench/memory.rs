@@ -15,8 +15,8 @@ pub(super) async fn run(url: &str, settings: &Settings, rounds: u32) -> anyhow::
         let queue = polyq.declare_queue().await?;
         let started = Instant::now();
         let (published, consumed) = tokio::join!(
-            publish(polyq.client(), &queue, settings),
-            consume(polyq.client(), &queue, settings)
+            publish(polyq.client(), &queue, settings.messages, settings),
+            consume(polyq.client(), &queue, settings.messages, settings)
         );
         let elapsed = started.elapsed();
         published?;

@@ -1,7 +1,12 @@
-//! The side-by-side comparison. In each round, raw lapin and polyq-amqp each run a confirmed
-//! publish phase into a fresh non-durable queue and then a consume + ack phase that drains it;
-//! odd rounds run polyq first, so drift (broker memory, other load on the machine) hits both
-//! sides alike. Figures are means over the rounds.
+//! The side-by-side comparison of raw lapin and polyq-amqp.
+//!
+//! Each side gets a fresh non-durable queue. The publish phase and then the consume + ack phase
+//! alternate between the sides in slices (`--slice` messages): raw, polyq, polyq, raw, raw,
+//! polyq, ... so that drift and other load on the machine, which on a shared 2-core box changes
+//! from one second to the next, hits both sides alike. A side's figure is the median of its
+//! slice rates (the rate over the whole phase is printed too). Each slice starts from an idle
+//! pipeline (publish: no confirm outstanding; consume: a new consumer), which costs both sides
+//! the same. Every slice runs on a fresh connection (see [`run_slice`]).
 
 use std::time::Duration;
 
@@ -15,70 +20,57 @@ pub(super) struct Settings {
     pub(super) body: Bytes,
     pub(super) window: usize,
     pub(super) prefetch: u16,
+    pub(super) slice: u32,
 }
 
-/// Runs `rounds` rounds and prints each phase's rate, the best and mean rate of each side, and
-/// `ratio: R`, the lower of the publish and consume polyq/raw ratios of the best rates. Other
-/// load on the machine can only slow a phase down, so the best round is the least disturbed
-/// measurement of each side.
-pub(super) async fn compare(url: &str, settings: &Settings, rounds: u32) -> anyhow::Result<()> {
-    let raw = raw::Raw::connect(url).await?;
-    let polyq = through_polyq::Polyq::connect(url).await?;
-    // [publish, consume] x [raw, polyq] x rounds
-    let mut samples: [[Vec<f64>; 2]; 2] = Default::default();
-    for round in 0..rounds {
-        // Each side publishes into an empty broker and then drains its queue, so neither
-        // publishes against the other's backlog; the side going first alternates.
-        let ((raw_publish, raw_consume), (polyq_publish, polyq_consume)) = if round % 2 == 0 {
-            let r = raw_side(&raw, settings).await?;
-            (r, polyq_side(&polyq, settings).await?)
-        } else {
-            let p = polyq_side(&polyq, settings).await?;
-            (raw_side(&raw, settings).await?, p)
-        };
-        let figures = [
-            [
-                rate(settings.messages, raw_publish),
-                rate(settings.messages, polyq_publish),
-            ],
-            [
-                rate(settings.messages, raw_consume),
-                rate(settings.messages, polyq_consume),
-            ],
-        ];
-        println!(
-            "round {}: publish raw {:.0} / polyq {:.0} msg/s; consume+ack raw {:.0} / polyq {:.0} msg/s",
-            round + 1,
-            figures[0][0],
-            figures[0][1],
-            figures[1][0],
-            figures[1][1]
-        );
-        for (phase, figure) in samples.iter_mut().zip(figures) {
-            phase[0].push(figure[0]);
-            phase[1].push(figure[1]);
+/// Measures both phases and prints each side's rate and `ratio: R`, the lower of the publish and
+/// consume polyq/raw ratios.
+pub(super) async fn compare(url: &str, settings: &Settings) -> anyhow::Result<()> {
+    let admin = raw::Raw::connect(url).await?;
+    let queues = [admin.declare_queue().await?, admin.declare_queue().await?];
+    let mut measures: [[Measure; 2]; 2] = Default::default();
+    for phase in [Phase::Publish, Phase::Consume] {
+        for (index, count) in slices(settings).enumerate() {
+            for side in order(index) {
+                let (elapsed, cpu) =
+                    run_slice(url, side, phase, &queues[side], count, settings).await?;
+                measures[phase as usize][side].add(count, elapsed, cpu);
+            }
         }
     }
-    let best = |rates: &[f64]| rates.iter().copied().fold(0.0, f64::max);
-    let mean = |rates: &[f64]| rates.iter().sum::<f64>() / rates.len() as f64;
+    for queue in &queues {
+        admin.delete_queue(queue).await?;
+    }
+    admin.close().await?;
+    let [publish, consume] = measures;
+
     let mut ratios = Vec::new();
-    for (name, [raw_rates, polyq_rates]) in
-        ["confirmed publish", "consume + ack"].iter().zip(&samples)
+    for (name, [raw_side, polyq_side]) in
+        [("confirmed publish", publish), ("consume + ack", consume)]
     {
-        let ratio = best(polyq_rates) / best(raw_rates);
+        let raw_rate = raw_side.median_rate();
+        let polyq_rate = polyq_side.median_rate();
+        let ratio = polyq_rate / raw_rate;
+        let overall = format!(
+            " (over the whole phase raw {:.0}, polyq {:.0} msg/s)",
+            rate(settings.messages, raw_side.elapsed()),
+            rate(settings.messages, polyq_side.elapsed())
+        );
+        let cpu = match (
+            raw_side.cpu_per_message(settings.messages),
+            polyq_side.cpu_per_message(settings.messages),
+        ) {
+            (Some(raw_cpu), Some(polyq_cpu)) => {
+                format!("; client CPU per message raw {raw_cpu:.1} µs, polyq {polyq_cpu:.1} µs")
+            }
+            _ => String::new(),
+        };
         println!(
-            "{name}: raw lapin best {:.0} (mean {:.0}) msg/s, polyq-amqp best {:.0} (mean {:.0}) \
-             msg/s, ratio of best {ratio:.3}, of means {:.3}",
-            best(raw_rates),
-            mean(raw_rates),
-            best(polyq_rates),
-            mean(polyq_rates),
-            mean(polyq_rates) / mean(raw_rates)
+            "{name}: median slice raw lapin {raw_rate:.0} msg/s, polyq-amqp {polyq_rate:.0} msg/s, \
+             ratio {ratio:.3}{overall}{cpu}"
         );
         ratios.push(ratio);
     }
-    polyq.close().await?;
-    raw.close().await?;
     println!(
         "ratio: {:.3}",
         ratios.iter().copied().fold(f64::INFINITY, f64::min)
@@ -86,21 +78,124 @@ pub(super) async fn compare(url: &str, settings: &Settings, rounds: u32) -> anyh
     Ok(())
 }
 
-async fn raw_side(raw: &raw::Raw, settings: &Settings) -> anyhow::Result<(Duration, Duration)> {
-    let queue = raw.declare_queue().await?;
-    let publish = raw.publish(&queue, settings).await?;
-    let consume = raw.consume(&queue, settings).await?;
-    raw.delete_queue(&queue).await?;
-    Ok((publish, consume))
+/// Message counts of the slices: `slice` each, the last one what remains.
+fn slices(settings: &Settings) -> impl Iterator<Item = u32> + '_ {
+    let full = settings.messages / settings.slice;
+    let rest = settings.messages % settings.slice;
+    (0..full)
+        .map(|_| settings.slice)
+        .chain((rest > 0).then_some(rest))
 }
 
-async fn polyq_side(
-    polyq: &through_polyq::Polyq,
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Publish = 0,
+    Consume = 1,
+}
+
+/// One slice of one side on a connection of its own, opened before and closed after the timed
+/// part. lapin's I/O loop can settle into a slower rhythm on one connection for its whole life
+/// (one write per frame rather than batched writes) depending on scheduling; a connection per
+/// slice keeps that from favouring one side for a whole run. Returns the slice's wall time and
+/// the process CPU time it used.
+async fn run_slice(
+    url: &str,
+    side: usize,
+    phase: Phase,
+    queue: &str,
+    count: u32,
     settings: &Settings,
-) -> anyhow::Result<(Duration, Duration)> {
-    let queue = polyq.declare_queue().await?;
-    let publish = polyq.publish(&queue, settings).await?;
-    let consume = polyq.consume(&queue, settings).await?;
-    polyq.delete_queue(&queue).await?;
-    Ok((publish, consume))
+) -> anyhow::Result<(Duration, Option<Duration>)> {
+    if side == 0 {
+        let raw = raw::Raw::connect(url).await?;
+        let before = process_cpu();
+        let elapsed = match phase {
+            Phase::Publish => raw.publish(queue, count, settings).await?,
+            Phase::Consume => raw.consume(queue, count, settings).await?,
+        };
+        let cpu = cpu_since(before);
+        raw.close().await?;
+        Ok((elapsed, cpu))
+    } else {
+        let polyq = through_polyq::Polyq::connect(url).await?;
+        let before = process_cpu();
+        let elapsed = match phase {
+            Phase::Publish => polyq.publish(queue, count, settings).await?,
+            Phase::Consume => polyq.consume(queue, count, settings).await?,
+        };
+        let cpu = cpu_since(before);
+        polyq.close().await?;
+        Ok((elapsed, cpu))
+    }
+}
+
+/// Which side goes first in slice `index` (0 = raw, 1 = polyq): ABBA, so neither side is
+/// always first.
+fn order(index: usize) -> [usize; 2] {
+    if index.is_multiple_of(2) {
+        [0, 1]
+    } else {
+        [1, 0]
+    }
+}
+
+/// The slices of one side in one phase.
+#[derive(Debug, Default)]
+struct Measure {
+    /// Rate of each slice, msg/s.
+    rates: Vec<f64>,
+    elapsed: Duration,
+    cpu: Option<Duration>,
+}
+
+impl Measure {
+    /// Adds a slice of `count` messages that took `elapsed` and `cpu`.
+    fn add(&mut self, count: u32, elapsed: Duration, cpu: Option<Duration>) {
+        self.rates.push(rate(count, elapsed));
+        self.elapsed += elapsed;
+        self.cpu = match (self.cpu.or(Some(Duration::ZERO)), cpu) {
+            (Some(total), Some(cpu)) => Some(total + cpu),
+            _ => None,
+        };
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+
+    /// The median slice rate. Other load on the machine stalls random slices for far longer than
+    /// the difference being measured; the median ignores those stalls where a mean or total
+    /// would not.
+    fn median_rate(&self) -> f64 {
+        let mut rates = self.rates.clone();
+        rates.sort_by(f64::total_cmp);
+        match rates.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => rates[n / 2],
+            n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
+        }
+    }
+
+    fn cpu_per_message(&self, messages: u32) -> Option<f64> {
+        self.cpu
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / f64::from(messages))
+    }
+}
+
+fn cpu_since(before: Option<Duration>) -> Option<Duration> {
+    Some(process_cpu()?.saturating_sub(before?))
+}
+
+/// User + system CPU time of this process so far, from `/proc/self/stat` (Linux; `None`
+/// elsewhere). Only the side being measured is busy during a slice, so the difference over a
+/// slice is that side's client cost, including lapin's I/O thread. Clock ticks are taken as the
+/// usual 100 per second.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th fields
+    // of the line, the 12th and 13th after the name.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
 }

@@ -58,11 +58,12 @@ impl Raw {
         Ok(())
     }
 
-    /// Publishes `messages` mandatory transient messages with `window` confirms outstanding,
+    /// Publishes `count` mandatory transient messages with `window` confirms outstanding,
     /// until the last confirm.
     pub(super) async fn publish(
         &self,
         queue: &str,
+        count: u32,
         settings: &Settings,
     ) -> anyhow::Result<Duration> {
         let options = BasicPublishOptions {
@@ -71,7 +72,7 @@ impl Raw {
         };
         let mut in_flight = FuturesUnordered::new();
         let started = Instant::now();
-        for _ in 0..settings.messages {
+        for _ in 0..count {
             if in_flight.len() >= settings.window
                 && let Some(confirmation) = in_flight.next().await
             {
@@ -95,10 +96,12 @@ impl Raw {
         Ok(started.elapsed())
     }
 
-    /// Consumes and acks `messages` on a new channel with the prefetch applied.
+    /// Consumes and acks `count` messages on a new channel with the prefetch applied; closing
+    /// the channel afterwards returns what it had prefetched to the queue.
     pub(super) async fn consume(
         &self,
         queue: &str,
+        count: u32,
         settings: &Settings,
     ) -> anyhow::Result<Duration> {
         let channel = self.connection.create_channel().await?;
@@ -114,7 +117,7 @@ impl Raw {
                 FieldTable::default(),
             )
             .await?;
-        for _ in 0..settings.messages {
+        for _ in 0..count {
             let delivery = consumer
                 .next()
                 .await
@@ -126,8 +129,13 @@ impl Raw {
         Ok(elapsed)
     }
 
+    /// Closes the connection. lapin can miss the close-ok when a channel is closing at the same
+    /// moment, so the wait is bounded; the connection goes with `self` either way.
     pub(super) async fn close(&self) -> anyhow::Result<()> {
-        self.connection.close(200, "done".into()).await?;
+        let closing = self.connection.close(200, "done".into());
+        if let Ok(result) = tokio::time::timeout(Duration::from_secs(5), closing).await {
+            result?;
+        }
         Ok(())
     }
 }

@@ -41,26 +41,28 @@ impl Polyq {
         Ok(())
     }
 
-    /// Publishes `messages` mandatory transient messages with `window` confirms outstanding,
+    /// Publishes `count` mandatory transient messages with `window` confirms outstanding,
     /// until the last confirm.
     pub(super) async fn publish(
         &self,
         queue: &str,
+        count: u32,
         settings: &Settings,
     ) -> anyhow::Result<Duration> {
         let started = Instant::now();
-        publish(&self.client, queue, settings).await?;
+        publish(&self.client, queue, count, settings).await?;
         Ok(started.elapsed())
     }
 
-    /// Consumes and acks `messages` with the prefetch applied.
+    /// Consumes and acks `count` messages with the prefetch applied.
     pub(super) async fn consume(
         &self,
         queue: &str,
+        count: u32,
         settings: &Settings,
     ) -> anyhow::Result<Duration> {
         let started = Instant::now();
-        consume(&self.client, queue, settings).await?;
+        consume(&self.client, queue, count, settings).await?;
         Ok(started.elapsed())
     }
 
@@ -74,10 +76,11 @@ impl Polyq {
 pub(super) async fn publish(
     client: &Client,
     queue: &str,
+    count: u32,
     settings: &Settings,
 ) -> anyhow::Result<()> {
     let mut in_flight = FuturesUnordered::new();
-    for _ in 0..settings.messages {
+    for _ in 0..count {
         if in_flight.len() >= settings.window
             && let Some(outcome) = in_flight.next().await
         {
@@ -92,10 +95,12 @@ pub(super) async fn publish(
     Ok(())
 }
 
-/// Consumes and acks `messages`, then cancels the consumer.
+/// Consumes and acks `count` messages, then cancels the consumer; what it had prefetched goes
+/// back to the queue when its channel closes.
 pub(super) async fn consume(
     client: &Client,
     queue: &str,
+    count: u32,
     settings: &Settings,
 ) -> anyhow::Result<()> {
     let mut consumer = client
@@ -104,7 +109,7 @@ pub(super) async fn consume(
             &ConsumeOptions::default().prefetch(settings.prefetch),
         )
         .await?;
-    for _ in 0..settings.messages {
+    for _ in 0..count {
         let delivery = consumer
             .next()
             .await
