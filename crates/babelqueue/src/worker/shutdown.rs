@@ -28,17 +28,20 @@ impl Shutdown {
 
     /// A handle stopped by the process's signals: the first SIGINT or SIGTERM asks for a
     /// graceful stop, the second one for an immediate one. Needs a running tokio runtime.
+    ///
+    /// The listeners are installed before this returns, so no signal sent afterwards is missed;
+    /// when they cannot be installed the handle only stops when asked to, and a warning says so.
     pub fn on_signals() -> Self {
         let shutdown = Self::new();
+        let mut signals = match Signals::new() {
+            Ok(signals) => signals,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for shutdown signals; stop the worker another way");
+                return shutdown;
+            }
+        };
         let listener = shutdown.clone();
         tokio::spawn(async move {
-            let mut signals = match Signals::new() {
-                Ok(signals) => signals,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot listen for shutdown signals; stop the worker another way");
-                    return;
-                }
-            };
             signals.next().await;
             tracing::info!("shutdown signal: finishing in-flight messages");
             listener.stop();
