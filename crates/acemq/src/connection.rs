@@ -11,7 +11,7 @@ use tokio::sync::{Mutex, OnceCell, Semaphore};
 
 use std::future::Future;
 
-use crate::codec::{Decode, Json};
+use crate::codec::{Decode, Encode, Json};
 use crate::consumer::{Consumer, ConsumerBuilder, IntoOutcome, Message};
 use crate::interceptor::{ConsumeInterceptor, PublishInterceptor};
 use crate::provenance;
@@ -104,6 +104,31 @@ impl AceMq {
         routing_key: impl Into<String>,
     ) -> Publisher<T, Json> {
         Publisher::new(self.clone(), exchange.into(), routing_key.into(), Json)
+    }
+
+    /// A publisher of `T` through `codec` ([`Text`](crate::codec::Text),
+    /// [`Raw`](crate::codec::Raw) or a codec of your own) to `exchange` with `routing_key`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), acemq::RuntimeError> {
+    /// use acemq::AceMq;
+    /// use acemq::codec::Raw;
+    ///
+    /// let mq = AceMq::connect("memory://doc-publisher-with").await?;
+    /// let bytes = mq.publisher_with::<[u8], _>("", "blobs", Raw).allow_unroutable();
+    /// let sent = bytes.send(&[0xde, 0xad]).await?;
+    /// assert_eq!(sent.message_type(), "blobs");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn publisher_with<T: ?Sized, E: Encode<T>>(
+        &self,
+        exchange: impl Into<String>,
+        routing_key: impl Into<String>,
+        codec: E,
+    ) -> Publisher<T, E> {
+        Publisher::new(self.clone(), exchange.into(), routing_key.into(), codec)
     }
 
     /// A consumer of `queue` decoding JSON into `T`; configure it, then
