@@ -517,3 +517,63 @@ async fn connect_refuses_other_urls_and_bad_options_and_hides_credentials() {
         other => panic!("expected a connection error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn prefetch_takes_several_in_one_reserve_and_unsubscribe_puts_back_the_rest() {
+    let mut f = fixture(RedisOptions::new().prefetch(3)).await;
+    for body in ["a", "b", "c", "d"] {
+        f.transport
+            .publish(&f.queue, Bytes::from(body), &[])
+            .await
+            .unwrap();
+    }
+    let processing = f.transport.processing_key(&f.queue);
+    let queue = f.queue.clone();
+    let a = f.reserve().await;
+    assert_eq!(a.body, "a");
+    assert_eq!(
+        f.list(&processing).await.len(),
+        3,
+        "a, b and c reserved at once"
+    );
+    assert_eq!(f.deadlines().await.len(), 3);
+    let b = f.reserve().await;
+    assert_eq!(b.body, "b");
+    assert_eq!(
+        f.list(&queue).await,
+        vec![b"d".to_vec()],
+        "b came from the transport"
+    );
+
+    f.transport.unsubscribe(&f.queue).await.unwrap();
+    assert_eq!(f.list(&queue).await, vec![b"d".to_vec(), b"c".to_vec()]);
+    assert_eq!(
+        f.list(&processing).await,
+        vec![b"a".to_vec(), b"b".to_vec()]
+    );
+    f.transport.ack(&a.receipt).await.unwrap();
+    f.transport.ack(&b.receipt).await.unwrap();
+    assert!(f.deadlines().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_prefetched_message_held_too_long_goes_back_instead_of_out() {
+    // With a zero deadline every held message is stale at once.
+    let mut f = fixture(
+        RedisOptions::new()
+            .prefetch(2)
+            .reservation_deadline(Some(Duration::ZERO)),
+    )
+    .await;
+    for body in ["a", "b", "c"] {
+        f.transport
+            .publish(&f.queue, Bytes::from(body), &[])
+            .await
+            .unwrap();
+    }
+    assert_eq!(f.reserve().await.body, "a");
+    // b is put back rather than handed out, a is swept back, then c is next.
+    assert_eq!(f.reserve().await.body, "c");
+    let queue = f.queue.clone();
+    assert_eq!(f.list(&queue).await, vec![b"a".to_vec()]);
+}

@@ -1,7 +1,8 @@
 //! The default Redis layout, shared by the Go, Python, Node, Java, .NET and PHP SDKs.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -61,6 +62,14 @@ pub struct RedisTransport {
 struct Inner {
     connection: Connection,
     options: RedisOptions,
+    /// Reserved by a prefetching reserve and not handed out yet, per queue, in queue order.
+    held: Mutex<HashMap<String, VecDeque<Held>>>,
+}
+
+#[derive(Debug)]
+struct Held {
+    since: Instant,
+    reserved: Reserved<RedisReceipt>,
 }
 
 /// A reservation on the default layout: the value as stored in `<queue>:processing` and the
@@ -103,6 +112,7 @@ impl RedisTransport {
             inner: Arc::new(Inner {
                 connection,
                 options,
+                held: Mutex::default(),
             }),
         })
     }
@@ -122,10 +132,16 @@ impl RedisTransport {
         format!("{}:deadlines", self.processing_key(queue))
     }
 
-    /// Sweeps, then moves the head of `queue` into its processing list; `None` when it is empty.
+    /// A message reserved earlier by a prefetching reserve, or else the sweep and reserve
+    /// script; `None` when the queue is empty.
     async fn try_reserve(&self, queue: &str) -> crate::Result<Option<Reserved<RedisReceipt>>> {
+        if let Some(held) = self.take_held(queue).await {
+            return Ok(Some(held));
+        }
         let options = &self.inner.options;
-        let token = format!("{:032x}", rand::random::<u128>());
+        let tokens: Vec<String> = (0..options.prefetch)
+            .map(|_| format!("{:032x}", rand::random::<u128>()))
+            .collect();
         let now = now_seconds();
         let mut reserve = scripts::RESERVE.prepare_invoke();
         reserve
@@ -135,33 +151,70 @@ impl RedisTransport {
             .arg(now)
             .arg(options.batch_arg())
             .arg(deadline_score(now, options.reservation_deadline))
-            .arg(&token);
-        let stored: Option<Vec<u8>> = self
+            .arg(&tokens);
+        let taken: Vec<Vec<u8>> = self
             .inner
             .connection
             .invoke(&reserve, || format!("reserve from {queue:?}"))
             .await?;
-        Ok(stored.map(|stored| {
-            let stored = Bytes::from(stored);
-            let (body, headers) = match std::str::from_utf8(&stored) {
-                Ok(text) => match unframe(text) {
-                    (Cow::Owned(body), headers) => (Bytes::from(body), headers),
-                    (Cow::Borrowed(_), headers) => (stored.clone(), headers),
-                },
-                Err(_) => (stored.clone(), Vec::new()),
-            };
-            Reserved {
-                body,
-                headers: headers.clone(),
-                broker_attempts: None,
-                receipt: RedisReceipt {
-                    queue: queue.to_owned(),
-                    stored,
-                    token,
-                    headers,
-                },
+        let mut taken = taken
+            .into_iter()
+            .zip(tokens)
+            .map(|(stored, token)| reservation(queue, Bytes::from(stored), token));
+        let first = taken.next();
+        let mut rest = taken.peekable();
+        if rest.peek().is_some() {
+            let since = Instant::now();
+            let mut held = self
+                .inner
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            held.entry(queue.to_owned())
+                .or_default()
+                .extend(rest.map(|reserved| Held { since, reserved }));
+        }
+        Ok(first)
+    }
+
+    /// The next held message of `queue` that is still well within its deadline; the ones held
+    /// too long go back to the end of the queue instead.
+    async fn take_held(&self, queue: &str) -> Option<Reserved<RedisReceipt>> {
+        let fresh_for = self
+            .inner
+            .options
+            .reservation_deadline
+            .map(|deadline| deadline / 2);
+        let mut stale = Vec::new();
+        let fresh = {
+            let mut held = self
+                .inner
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let waiting = held.get_mut(queue)?;
+            loop {
+                match waiting.pop_front() {
+                    Some(next) if fresh_for.is_none_or(|limit| next.since.elapsed() < limit) => {
+                        break Some(next.reserved);
+                    }
+                    Some(next) => stale.push(next.reserved.receipt),
+                    None => break None,
+                }
             }
-        }))
+        };
+        for receipt in stale {
+            self.put_back(&receipt).await;
+        }
+        fresh
+    }
+
+    /// Puts a held reservation back at the end of its queue. A failure is only logged: the
+    /// reservation is then swept back when its deadline lapses.
+    async fn put_back(&self, receipt: &RedisReceipt) {
+        if let Err(error) = self.release(receipt, Duration::ZERO).await {
+            tracing::warn!(queue = %receipt.queue, %error, "could not put back a prefetched message; it returns when its deadline lapses");
+        }
     }
 
     /// The value to store for `body` with `headers`: the bare body when no header survives
@@ -214,6 +267,28 @@ impl RedisTransport {
         } else {
             Err(self.inner.connection.lost(operation()))
         }
+    }
+}
+
+/// A stored value as handed over: unframed, with its headers and receipt.
+fn reservation(queue: &str, stored: Bytes, token: String) -> Reserved<RedisReceipt> {
+    let (body, headers) = match std::str::from_utf8(&stored) {
+        Ok(text) => match unframe(text) {
+            (Cow::Owned(body), headers) => (Bytes::from(body), headers),
+            (Cow::Borrowed(_), headers) => (stored.clone(), headers),
+        },
+        Err(_) => (stored.clone(), Vec::new()),
+    };
+    Reserved {
+        body,
+        headers: headers.clone(),
+        broker_attempts: None,
+        receipt: RedisReceipt {
+            queue: queue.to_owned(),
+            stored,
+            token,
+            headers,
+        },
     }
 }
 
@@ -302,6 +377,20 @@ impl Transport for RedisTransport {
             format!("release a reservation of {:?}", receipt.queue)
         })
         .await
+    }
+
+    async fn unsubscribe(&self, queue: &str) -> crate::Result<()> {
+        let held = self
+            .inner
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(queue)
+            .unwrap_or_default();
+        for held in held {
+            self.put_back(&held.reserved.receipt).await;
+        }
+        Ok(())
     }
 
     async fn dead_letter(

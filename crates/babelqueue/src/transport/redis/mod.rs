@@ -45,6 +45,7 @@ pub struct RedisOptions {
     retry_after: Option<Duration>,
     block_slice: Duration,
     migration_batch: Option<NonZeroUsize>,
+    prefetch: usize,
     connection_timeout: Duration,
     response_timeout: Duration,
 }
@@ -59,6 +60,7 @@ impl Default for RedisOptions {
             retry_after: Some(Duration::from_secs(90)),
             block_slice: Duration::from_secs(1),
             migration_batch: None,
+            prefetch: 1,
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
         }
@@ -124,6 +126,20 @@ impl RedisOptions {
         self
     }
 
+    /// Default layout: how many messages one reserve takes off the queue at most, in the same
+    /// round trip; the ones not handed out yet wait in this transport, already reserved (their
+    /// deadlines running), for the next reserves of the queue. One held longer than half its
+    /// deadline is put back at the end of the queue rather than handed out late, and
+    /// [`Transport::unsubscribe`](crate::transport::Transport::unsubscribe) puts back all of a
+    /// queue's. More than one trades strict round-robin between workers for throughput: a
+    /// worker that reserves one message at a time then makes one round trip per `prefetch`
+    /// messages. Between 1 and 1,000. Default 1: every reserve takes exactly one message, as the
+    /// other SDKs do.
+    pub fn prefetch(mut self, prefetch: usize) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
     /// How long connecting to the server may take. Default 5 s.
     pub fn connection_timeout(mut self, timeout: Duration) -> Self {
         self.connection_timeout = timeout;
@@ -167,6 +183,9 @@ impl RedisOptions {
                 "block_slice",
                 "must be between 1 ms and 1 s, so that lapsed reservations and due jobs are seen",
             );
+        }
+        if !(1..=1000).contains(&self.prefetch) {
+            return invalid("prefetch", "must be between 1 and 1,000 messages");
         }
         if self.connection_timeout.is_zero() || self.response_timeout.is_zero() {
             return invalid(
@@ -233,6 +252,8 @@ mod tests {
             option(RedisOptions::new().block_slice(Duration::from_secs(2))),
             "block_slice"
         );
+        assert_eq!(option(RedisOptions::new().prefetch(0)), "prefetch");
+        assert_eq!(option(RedisOptions::new().prefetch(1001)), "prefetch");
         assert!(RedisOptions::new().validate().is_ok());
     }
 

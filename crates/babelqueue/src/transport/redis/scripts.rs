@@ -8,16 +8,18 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Default layout, reserve. Sweeps first, then takes the head of the ready list.
+/// Default layout, reserve. Sweeps first, then takes up to one message per token off the head
+/// of the ready list.
 ///
 /// KEYS: ready list, processing list, deadline set. ARGV: now, sweep batch (`-1` = all),
-/// the new reservation's deadline score (`+inf` allowed), its token.
+/// the new reservations' deadline score (`+inf` allowed), then one token per message to take.
 ///
 /// The sweep returns each reservation whose deadline lapsed to the end of the ready list, bytes
 /// and `attempts` unchanged (a recovery is not an attempt on this layout), and drops every lapsed
 /// member, a malformed one (shorter than 34 bytes or without `:` at byte 33) or one whose value
-/// is no longer in the processing list only from the set. The reserve moves the head into the
-/// processing list and records the member `<token>:<value>`. Returns the stored value, or nil.
+/// is no longer in the processing list only from the set. Each reserve moves the head into the
+/// processing list and records the member `<token>:<value>`. Returns the stored values taken, in
+/// queue order (none when the queue is empty).
 pub(super) static RESERVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -31,12 +33,16 @@ for _, member in ipairs(lapsed) do
     end
     redis.call('zrem', KEYS[3], member)
 end
-local value = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
-if not value then
-    return false
+local taken = {}
+for i = 4, #ARGV do
+    local value = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+    if not value then
+        break
+    end
+    redis.call('zadd', KEYS[3], ARGV[3], ARGV[i] .. ':' .. value)
+    taken[#taken + 1] = value
 end
-redis.call('zadd', KEYS[3], ARGV[3], ARGV[4] .. ':' .. value)
-return value
+return taken
 ",
     )
 });
