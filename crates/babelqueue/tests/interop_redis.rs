@@ -599,3 +599,157 @@ async fn laravel_dead_letters_cross_both_ways() {
     let reserved = format!("{}:reserved", laravel.key(&f.queue));
     assert_eq!(f.zcard(&reserved).await, 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The worker runtime and redrive, on both layouts
+
+mod runtime {
+    use babelqueue::BabelQueue;
+    use babelqueue::redrive::RedriveOptions;
+    use babelqueue::transport::RedisLayout;
+    use babelqueue::worker::Job;
+    use serde_json::{Value, json};
+    use tokio::sync::mpsc;
+
+    use super::{Duration, URN, fixture, peer};
+
+    const IDLE: Duration = Duration::from_secs(2);
+
+    fn peer_layout(layout: RedisLayout) -> &'static str {
+        match layout {
+            RedisLayout::Laravel => "laravel",
+            _ => "default",
+        }
+    }
+
+    async fn babel(queue: &str, layout: RedisLayout) -> BabelQueue {
+        BabelQueue::builder(&polyq_testkit::redis_url())
+            .queue(queue)
+            .redis_layout(layout)
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    async fn rust_worker_dead_letters_and_python_redrives(layout: RedisLayout) {
+        let f = fixture().await;
+        let queue = babel(&f.queue, layout).await;
+        queue.publish(URN, &json!({"n": 1})).await.unwrap();
+        let report = queue
+            .worker()
+            .max_attempts(1)
+            .handle(URN, |_job: Job| async { Err("refused by rust") })
+            .consume(1, IDLE)
+            .await
+            .unwrap();
+        assert_eq!(report.dead_lettered, 1, "{report:?}");
+
+        let dlq = format!("{}.dlq", f.queue);
+        let redriven = peer("redrive", peer_layout(layout), &dlq, &[]).await;
+        assert_eq!(
+            redriven,
+            json!({"redriven": 1, "skipped": 0, "reasons": ["failed"], "to": [f.queue]})
+        );
+        let seen = peer("consume", peer_layout(layout), &f.queue, &[URN, "1"]).await;
+        assert_eq!(seen[0]["data"], json!({"n": 1}));
+        assert_eq!(seen[0]["envelope"]["attempts"], 0);
+        assert!(seen[0]["envelope"].get("dead_letter").is_none());
+        assert_eq!(seen[0]["meta"]["lang"], "rust");
+    }
+
+    async fn python_dead_letters_and_rust_redrives(layout: RedisLayout) {
+        let f = fixture().await;
+        let queue = babel(&f.queue, layout).await;
+        peer(
+            "publish",
+            peer_layout(layout),
+            &f.queue,
+            &[URN, r#"{"n": 2}"#, "{}"],
+        )
+        .await;
+        peer("fail", peer_layout(layout), &f.queue, &[URN]).await;
+
+        let done = queue
+            .redrive(&RedriveOptions::new().wait(IDLE))
+            .await
+            .unwrap();
+        assert_eq!(done.redriven, 1, "{done:?}");
+        assert_eq!(done.items[0].reason, "failed");
+        assert_eq!(done.items[0].to, f.queue);
+
+        let (tx, mut seen) = mpsc::unbounded_channel();
+        let report = queue
+            .worker()
+            .handle(URN, move |job: Job| {
+                let _ = tx.send((
+                    job.attempts(),
+                    job.data_as::<Value>().ok(),
+                    job.envelope().dead_letter_raw().is_none(),
+                    job.meta().and_then(|meta| meta.lang().map(str::to_owned)),
+                ));
+                async { Ok::<_, &str>(()) }
+            })
+            .consume(1, IDLE)
+            .await
+            .unwrap();
+        assert_eq!(report.succeeded, 1, "{report:?}");
+        assert_eq!(
+            seen.recv().await,
+            Some((0, Some(json!({"n": 2})), true, Some("python".to_owned())))
+        );
+    }
+
+    async fn unknown_keys_survive_a_rust_worker_retry(layout: RedisLayout) {
+        let f = fixture().await;
+        let queue = babel(&f.queue, layout).await;
+        let body = format!(
+            r#"{{"job":"{URN}","trace_id":"t-1","data":{{"n":1}},"meta":{{"id":"m-1","queue":"{q}","lang":"go","schema_version":1,"created_at":1700000000,"tenant":"acme"}},"attempts":0,"x_custom":{{"keep":[1,2]}}}}"#,
+            q = f.queue
+        );
+        peer("publish-raw", peer_layout(layout), &f.queue, &[&body]).await;
+        let report = queue
+            .worker()
+            .max_attempts(3)
+            .handle(URN, |_job: Job| async { Err("once") })
+            .consume(1, IDLE)
+            .await
+            .unwrap();
+        assert_eq!(report.retried, 1, "{report:?}");
+
+        let seen = peer("consume", peer_layout(layout), &f.queue, &[URN, "1"]).await;
+        assert_eq!(seen[0]["envelope"]["x_custom"], json!({"keep": [1, 2]}));
+        assert_eq!(seen[0]["meta"]["tenant"], "acme");
+        assert_eq!(seen[0]["meta"]["lang"], "go");
+        assert_eq!(seen[0]["envelope"]["attempts"], 1);
+    }
+
+    #[tokio::test]
+    async fn default_rust_worker_dead_letters_and_python_redrives() {
+        rust_worker_dead_letters_and_python_redrives(RedisLayout::Default).await;
+    }
+
+    #[tokio::test]
+    async fn laravel_rust_worker_dead_letters_and_python_redrives() {
+        rust_worker_dead_letters_and_python_redrives(RedisLayout::Laravel).await;
+    }
+
+    #[tokio::test]
+    async fn default_python_dead_letters_and_rust_redrives() {
+        python_dead_letters_and_rust_redrives(RedisLayout::Default).await;
+    }
+
+    #[tokio::test]
+    async fn laravel_python_dead_letters_and_rust_redrives() {
+        python_dead_letters_and_rust_redrives(RedisLayout::Laravel).await;
+    }
+
+    #[tokio::test]
+    async fn default_unknown_keys_survive_a_rust_worker_retry() {
+        unknown_keys_survive_a_rust_worker_retry(RedisLayout::Default).await;
+    }
+
+    #[tokio::test]
+    async fn laravel_unknown_keys_survive_a_rust_worker_retry() {
+        unknown_keys_survive_a_rust_worker_retry(RedisLayout::Laravel).await;
+    }
+}
