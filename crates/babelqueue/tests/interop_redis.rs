@@ -623,7 +623,7 @@ mod runtime {
     }
 
     async fn babel(queue: &str, layout: RedisLayout) -> BabelQueue {
-        BabelQueue::builder(&polyq_testkit::redis_url())
+        BabelQueue::builder(polyq_testkit::redis_url())
             .queue(queue)
             .redis_layout(layout)
             .connect()
