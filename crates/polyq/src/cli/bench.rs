@@ -39,10 +39,10 @@ pub(crate) struct AmqpArgs {
     #[arg(long, default_value_t = 1000)]
     prefetch: u16,
     /// Messages per slice: raw and polyq take turns every this many messages (`amqp://`).
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 2_000)]
     slice: u32,
     /// End-to-end rounds on `memory://`; the figure is their mean.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 4)]
     rounds: u32,
 }
 

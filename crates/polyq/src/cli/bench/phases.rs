@@ -26,23 +26,16 @@ pub(super) struct Settings {
 /// Measures both phases and prints each side's rate and `ratio: R`, the lower of the publish and
 /// consume polyq/raw ratios.
 pub(super) async fn compare(url: &str, settings: &Settings) -> anyhow::Result<()> {
-    let admin = raw::Raw::connect(url).await?;
+    // The queues are declared and deleted through a polyq client, which outlives a broker-side
+    // close of every connection, so they are removed even when a phase fails.
+    let admin = through_polyq::Polyq::connect(url).await?;
     let queues = [admin.declare_queue().await?, admin.declare_queue().await?];
-    let mut measures: [[Measure; 2]; 2] = Default::default();
-    for phase in [Phase::Publish, Phase::Consume] {
-        for (index, count) in slices(settings).enumerate() {
-            for side in order(index) {
-                let (elapsed, cpu) =
-                    run_slice(url, side, phase, &queues[side], count, settings).await?;
-                measures[phase as usize][side].add(count, elapsed, cpu);
-            }
-        }
-    }
+    let measured = measure(url, settings, &queues).await;
     for queue in &queues {
         admin.delete_queue(queue).await?;
     }
     admin.close().await?;
-    let [publish, consume] = measures;
+    let [publish, consume] = measured?;
 
     let mut ratios = Vec::new();
     for (name, [raw_side, polyq_side]) in
@@ -85,6 +78,25 @@ fn slices(settings: &Settings) -> impl Iterator<Item = u32> + '_ {
     (0..full)
         .map(|_| settings.slice)
         .chain((rest > 0).then_some(rest))
+}
+
+/// Both phases, both sides: `[publish, consume]`, each `[raw, polyq]`.
+async fn measure(
+    url: &str,
+    settings: &Settings,
+    queues: &[String; 2],
+) -> anyhow::Result<[[Measure; 2]; 2]> {
+    let mut measures: [[Measure; 2]; 2] = Default::default();
+    for phase in [Phase::Publish, Phase::Consume] {
+        for (index, count) in slices(settings).enumerate() {
+            for side in order(index) {
+                let (elapsed, cpu) =
+                    run_slice(url, side, phase, &queues[side], count, settings).await?;
+                measures[phase as usize][side].add(count, elapsed, cpu);
+            }
+        }
+    }
+    Ok(measures)
 }
 
 #[derive(Debug, Clone, Copy)]

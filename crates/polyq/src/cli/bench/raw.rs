@@ -6,7 +6,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+    ConfirmSelectOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
@@ -17,7 +17,6 @@ use super::phases::Settings;
 pub(super) struct Raw {
     connection: Connection,
     publisher: Channel,
-    admin: Channel,
 }
 
 impl Raw {
@@ -31,31 +30,10 @@ impl Raw {
         publisher
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
-        let admin = connection.create_channel().await?;
         Ok(Self {
             connection,
             publisher,
-            admin,
         })
-    }
-
-    pub(super) async fn declare_queue(&self) -> anyhow::Result<String> {
-        let queue = self
-            .admin
-            .queue_declare(
-                "".into(),
-                QueueDeclareOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        Ok(queue.name().as_str().to_owned())
-    }
-
-    pub(super) async fn delete_queue(&self, queue: &str) -> anyhow::Result<()> {
-        self.admin
-            .queue_delete(queue.into(), QueueDeleteOptions::default())
-            .await?;
-        Ok(())
     }
 
     /// Publishes `count` mandatory transient messages with `window` confirms outstanding,

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use polyq_amqp::{
-    Client, ClientOptions, ConsumeOptions, OutgoingMessage, Properties, PublishOutcome, QueueSpec,
+    Client, ClientOptions, ConsumeOptions, FieldValue, OutgoingMessage, Properties, PublishOutcome,
+    QueueSpec,
 };
 
 use super::phases::Settings;
@@ -29,9 +30,11 @@ impl Polyq {
         &self.client
     }
 
-    /// A fresh transient queue: non-durable, named here so that it is unique per phase.
+    /// A fresh transient queue: non-durable, with a unique name, and expiring after five unused
+    /// minutes should this run die before deleting it.
     pub(super) async fn declare_queue(&self) -> anyhow::Result<String> {
-        let mut spec = QueueSpec::new(format!("polyq.bench.{}", uuid_like()));
+        let mut spec = QueueSpec::new(format!("polyq.bench.{}", uuid_like()))
+            .argument("x-expires", FieldValue::I32(300_000));
         spec.durable = false;
         Ok(self.client.declare_queue(&spec).await?.name)
     }
