@@ -257,3 +257,42 @@ fn unexpected(operation: &str, outcome: &Outcome) -> Error {
         reason: format!("unexpected reply {outcome:?}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_malformed_url_is_refused_without_its_password() {
+        let Err(error) = AmqpClient::connect(
+            "amqp://user:s3cret@host:notaport/%2f",
+            &ClientOptions::default(),
+        )
+        .await
+        else {
+            panic!("a URL with a bad port must be refused");
+        };
+        assert!(matches!(error, Error::InvalidUrl { .. }), "{error:?}");
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_broker_is_a_connect_error_without_the_password() {
+        // Port 1 on loopback refuses connections.
+        let Err(error) = AmqpClient::connect(
+            "amqp://user:s3cret@127.0.0.1:1/%2f?heartbeat=5",
+            &ClientOptions::default(),
+        )
+        .await
+        else {
+            panic!("nothing listens on port 1");
+        };
+        match &error {
+            Error::Connect { url, .. } => {
+                assert_eq!(url, "amqp://user:***@127.0.0.1:1/%2f?heartbeat=5")
+            }
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+    }
+}
