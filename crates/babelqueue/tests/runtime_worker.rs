@@ -409,14 +409,27 @@ async fn delayed_retry_goes_through_a_ttl_queue(url: &str) {
     scene.cleanup().await;
 }
 
-/// A binding whose dead-letter queue refuses every write.
-struct UnwritableDeadLetters(AmqpTransport);
+/// The AMQP binding with chosen operations refusing to work.
+struct Faulty {
+    inner: AmqpTransport,
+    ack: bool,
+    dead_letter: bool,
+}
 
-impl Transport for UnwritableDeadLetters {
+impl Faulty {
+    fn refused(queue: &str) -> babelqueue::Error {
+        babelqueue::Error::NotPublished {
+            queue: queue.to_owned(),
+            why: "refused by the test".to_owned(),
+        }
+    }
+}
+
+impl Transport for Faulty {
     type Receipt = <AmqpTransport as Transport>::Receipt;
 
     fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
+        self.inner.capabilities()
     }
 
     async fn publish(
@@ -425,7 +438,7 @@ impl Transport for UnwritableDeadLetters {
         body: Bytes,
         headers: &[(String, String)],
     ) -> babelqueue::Result<()> {
-        self.0.publish(queue, body, headers).await
+        self.inner.publish(queue, body, headers).await
     }
 
     async fn reserve(
@@ -433,11 +446,14 @@ impl Transport for UnwritableDeadLetters {
         queue: &str,
         wait: Duration,
     ) -> babelqueue::Result<Option<Reserved<Self::Receipt>>> {
-        self.0.reserve(queue, wait).await
+        self.inner.reserve(queue, wait).await
     }
 
     async fn ack(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
-        self.0.ack(receipt).await
+        if self.ack {
+            return Err(Self::refused("ack"));
+        }
+        self.inner.ack(receipt).await
     }
 
     async fn retry(
@@ -448,33 +464,37 @@ impl Transport for UnwritableDeadLetters {
         headers: &[(String, String)],
         delay: Duration,
     ) -> babelqueue::Result<()> {
-        self.0.retry(receipt, queue, body, headers, delay).await
+        self.inner.retry(receipt, queue, body, headers, delay).await
     }
 
     async fn release(&self, receipt: &Self::Receipt, delay: Duration) -> babelqueue::Result<()> {
-        self.0.release(receipt, delay).await
+        self.inner.release(receipt, delay).await
     }
 
     async fn dead_letter(
         &self,
-        _receipt: &Self::Receipt,
+        receipt: &Self::Receipt,
         dlq: &str,
-        _body: Bytes,
+        body: Bytes,
     ) -> babelqueue::Result<()> {
-        Err(babelqueue::Error::NotPublished {
-            queue: dlq.to_owned(),
-            why: "refused by the test".to_owned(),
-        })
+        if self.dead_letter {
+            return Err(Self::refused(dlq));
+        }
+        self.inner.dead_letter(receipt, dlq, body).await
     }
 
     async fn unsubscribe(&self, queue: &str) -> babelqueue::Result<()> {
-        self.0.unsubscribe(queue).await
+        self.inner.unsubscribe(queue).await
     }
 }
 
 async fn a_failed_dead_letter_write_keeps_the_message(url: &str) {
     let scene = Scene::new(url).await;
-    let transport = UnwritableDeadLetters(AmqpTransport::connect(url).await.unwrap());
+    let transport = Faulty {
+        inner: AmqpTransport::connect(url).await.unwrap(),
+        ack: false,
+        dead_letter: true,
+    };
     let queue = BabelQueue::with_transport(transport, scene.name());
     let sent = queue.publish(URN, &json!({"keep": "me"})).await.unwrap();
     let report = queue
@@ -497,6 +517,73 @@ async fn a_failed_dead_letter_write_keeps_the_message(url: &str) {
         "the message came back unchanged"
     );
     scene.assert_empty(&scene.dlq()).await;
+    scene.cleanup().await;
+}
+
+async fn a_failed_ack_is_not_a_handler_failure(url: &str) {
+    let scene = Scene::new(url).await;
+    let transport = Faulty {
+        inner: AmqpTransport::connect(url).await.unwrap(),
+        ack: true,
+        dead_letter: false,
+    };
+    let queue = BabelQueue::with_transport(transport, scene.name());
+    queue.publish(URN, &json!({})).await.unwrap();
+    let (handler, mut jobs) = recorder();
+    let report = queue
+        .worker()
+        .handle(URN, handler)
+        .consume(1, IDLE)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.succeeded, report.retried, report.dead_lettered),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    assert_eq!(jobs.recv().await.unwrap().attempts(), 0);
+    drop(queue);
+    // Unacknowledged, the broker delivers it again once the worker's channel is gone: unchanged,
+    // never retried.
+    let again = envelope_of(&scene.take(scene.name()).await);
+    assert_eq!(again.attempts(), Some(0));
+    scene.assert_empty(&scene.dlq()).await;
+    scene.cleanup().await;
+}
+
+async fn a_laravel_x_attempts_header_counts(url: &str) {
+    let scene = Scene::new(url).await;
+    let envelope = babelqueue::make(URN, &json!({}), MakeOptions::new()).unwrap();
+    let mut props = babelqueue::projection::rabbitmq_properties(&envelope, &[]);
+    // A Laravel release bumps only the header; the body still says 0.
+    props
+        .headers
+        .insert("x-attempts".to_owned(), FieldValue::I8(2));
+    scene
+        .publish_raw(scene.name(), props, envelope.encode().unwrap())
+        .await;
+    let (tx, mut attempts) = mpsc::unbounded_channel();
+    let report = scene
+        .queue
+        .worker()
+        .handle(URN, move |job: Job| {
+            let _ = tx.send(job.attempts());
+            async { Err("no") }
+        })
+        .consume(5, IDLE)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.received, report.dead_lettered),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(attempts.recv().await, Some(2));
+    let body = json_of(&scene.take(&scene.dlq()).await);
+    assert_eq!(
+        (&body["attempts"], &body["dead_letter"]["attempts"]),
+        (&json!(3), &json!(3))
+    );
     scene.cleanup().await;
 }
 
@@ -603,6 +690,8 @@ on_both_brokers!(
     unknown_keys_survive_a_retry,
     delayed_retry_goes_through_a_ttl_queue,
     a_failed_dead_letter_write_keeps_the_message,
+    a_failed_ack_is_not_a_handler_failure,
+    a_laravel_x_attempts_header_counts,
     handlers_run_concurrently,
     shutdown_finishes_in_flight_work_then_releases_the_rest,
 );

@@ -90,3 +90,64 @@ impl Registry {
         self.handlers.keys().map(String::as_str)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        let envelope =
+            crate::make("urn:babel:a:b", &serde_json::json!({}), Default::default()).unwrap();
+        Job::new(envelope, Vec::new(), "q".to_owned())
+    }
+
+    #[tokio::test]
+    async fn the_last_registration_of_a_urn_wins_and_matching_is_exact() {
+        let mut registry = Registry::default();
+        registry.insert("urn:babel:a:b", |_job: Job| async { Err("first") });
+        registry.insert("urn:babel:a:b", |_job: Job| async { Ok::<_, &str>(()) });
+        assert!(
+            registry
+                .get("urn:babel:a:b")
+                .unwrap()
+                .call(job())
+                .await
+                .is_ok()
+        );
+        assert!(registry.get("urn:babel:a:B").is_none());
+        assert!(registry.get("urn:babel:a:b ").is_none());
+    }
+
+    #[derive(Debug)]
+    struct Declined;
+
+    impl std::fmt::Display for Declined {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("declined")
+        }
+    }
+
+    #[tokio::test]
+    async fn failures_carry_the_message_and_type_and_panics_are_failures() {
+        let mut registry = Registry::default();
+        registry.insert("e", |_job: Job| async { Err(Declined) });
+        registry.insert("p", |_job: Job| async {
+            if true {
+                panic!("boom");
+            }
+            Ok::<_, Declined>(())
+        });
+        let failure = registry.get("e").unwrap().call(job()).await.unwrap_err();
+        assert_eq!(failure.message, "declined");
+        assert!(
+            failure.exception.ends_with("Declined"),
+            "{}",
+            failure.exception
+        );
+        let failure = registry.get("p").unwrap().call(job()).await.unwrap_err();
+        assert_eq!(
+            (failure.message.as_str(), failure.exception.as_str()),
+            ("boom", "panic")
+        );
+    }
+}
