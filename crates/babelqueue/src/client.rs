@@ -64,13 +64,13 @@ impl<T: Transport> std::fmt::Debug for BabelQueue<T> {
 
 /// Builds a [`BabelQueue`] from a URL. Every setter documents its default.
 #[derive(Debug, Clone)]
-pub struct Builder {
+pub struct BabelQueueBuilder {
     url: String,
     queue: String,
     options: ConnectOptions,
 }
 
-impl Builder {
+impl BabelQueueBuilder {
     /// The queue to publish to and consume from (default `default`, as in every SDK).
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = queue.into();
@@ -115,8 +115,8 @@ impl BabelQueue {
     }
 
     /// A builder for `url` (`memory://` when empty).
-    pub fn builder(url: impl Into<String>) -> Builder {
-        Builder {
+    pub fn builder(url: impl Into<String>) -> BabelQueueBuilder {
+        BabelQueueBuilder {
             url: url.into(),
             queue: "default".to_owned(),
             options: ConnectOptions::default(),

@@ -56,7 +56,7 @@ pub mod urn;
 pub mod whitespace;
 pub mod worker;
 
-pub use client::{BabelQueue, Builder};
+pub use client::{BabelQueue, BabelQueueBuilder};
 
 pub use codec::{
     Decoded, Reason, Verdict, Warning, WarningHook, classify, decode, set_warning_hook,
