@@ -132,27 +132,36 @@ impl Consumer {
     /// Cancels the consumer with `basic.cancel`; the channel stays open until every delivery
     /// it carried is settled or dropped.
     pub(crate) async fn cancel(mut self) -> Result<()> {
-        self.slot.end();
-        self.client.shared().unregister(self.id);
         let attached = match self.current.take() {
             Some(attached) if attached.seq == self.slot.latest() => Some(attached),
             _ => self.slot.state().pending.take(),
         };
-        if let Some(Attached {
+        self.slot.end();
+        self.client.shared().unregister(self.id);
+        let Some(Attached {
             consumer, channel, ..
         }) = attached
-            && channel.status().connected()
-        {
+        else {
+            return Ok(());
+        };
+        if !channel.status().connected() {
+            return Ok(());
+        }
+        let operation = format!("cancel the consumer on queue `{}`", self.slot.queue_name);
+        channel
+            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+            .await
+            .map_err(|error| from_lapin(&operation, None, &error))?;
+        drop(consumer);
+        // With no delivery of it left unsettled the channel is closed now, which returns what
+        // it had prefetched to the queue; otherwise it closes when the last such delivery is
+        // settled or dropped. Closing it here also keeps it from closing concurrently with a
+        // connection close that follows, a race lapin reports as an error.
+        if let Some(channel) = Arc::into_inner(channel) {
             channel
-                .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+                .close(200, "consumer cancelled".into())
                 .await
-                .map_err(|error| {
-                    from_lapin(
-                        &format!("cancel the consumer on queue `{}`", self.slot.queue_name),
-                        None,
-                        &error,
-                    )
-                })?;
+                .map_err(|error| from_lapin(&operation, None, &error))?;
         }
         Ok(())
     }
