@@ -40,6 +40,7 @@ mod itinerary;
 mod lenient;
 #[cfg(feature = "otel")]
 mod otel;
+pub mod patterns;
 pub mod provenance;
 pub mod publisher;
 pub mod retry;

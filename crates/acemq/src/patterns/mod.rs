@@ -1,0 +1,10 @@
+//! The patterns the envelope's fields exist for, built on the runtime: replaying set-aside
+//! messages ([`replay`]).
+//!
+//! Behaviour follows the Java reference; where the ports differ, each module says which side
+//! it takes (and `docs/acemq-patterns.md` lists every choice).
+
+mod error;
+pub mod replay;
+
+pub use error::PatternError;
