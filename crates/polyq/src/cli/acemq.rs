@@ -1,15 +1,21 @@
 //! `polyq acemq` commands.
 
+pub(crate) mod topology;
+#[path = "acemq_replay.rs"]
+mod replay;
+
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use acemq::time::OffsetDateTime;
 use acemq::{Envelope, Itinerary, RoutingSlip, Stop, provenance, wire};
 use anyhow::{Context as _, anyhow, bail};
 use clap::Subcommand;
+use futures_util::StreamExt as _;
 use polyq_amqp::message_json::{body_from_json, body_to_json, headers_from_json, headers_to_json};
-use polyq_amqp::{FieldValue, MessageJson, Properties};
+use polyq_amqp::{Client, ConsumeOptions, FieldValue, MessageJson, Properties};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -49,6 +55,93 @@ pub(crate) enum Command {
         #[arg(long)]
         now: Option<String>,
     },
+    /// Publish through the library (confirmed, mandatory) and print the envelope of each
+    /// message as `decode` does, one JSON line each.
+    Publish {
+        /// The broker: amqp://, amqps:// or memory://.
+        #[arg(long)]
+        url: String,
+        /// The exchange (the default exchange when empty).
+        #[arg(long, default_value = "")]
+        exchange: String,
+        /// The routing key.
+        #[arg(long)]
+        routing_key: String,
+        /// The message type. Default: derived from the routing key.
+        #[arg(long = "type")]
+        message_type: Option<String>,
+        /// An application header, NAME=VALUE (a string); repeatable.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// The correlation id. Default: the message id.
+        #[arg(long)]
+        correlation_id: Option<String>,
+        /// A claim-check URI.
+        #[arg(long)]
+        claim: Option<String>,
+        /// The payload, JSON.
+        #[arg(long)]
+        json: String,
+        /// How many messages to publish, each with its own id.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// Consume from a queue and acknowledge, printing each message as `decode` does, one JSON
+    /// line each. Stops after --count messages, or when none came for --timeout seconds.
+    Consume {
+        /// The broker: amqp://, amqps:// or memory://.
+        #[arg(long)]
+        url: String,
+        /// The queue.
+        #[arg(long)]
+        queue: String,
+        /// Stop after this many messages (default: only the timeout stops it).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop when no message came for this many seconds.
+        #[arg(long, default_value_t = 5.0)]
+        timeout: f64,
+    },
+    /// A consumer's topology: print the plan, apply it create-only, or validate it.
+    Topology {
+        #[command(subcommand)]
+        command: topology::Command,
+    },
+    /// Move messages from Q.dlq (or Q.parked) back to Q through the default exchange: attempt
+    /// reset to 1, replay stamps added, each publish confirmed before the copy is acknowledged.
+    /// A progress bar on standard error; a summary on standard output.
+    Replay {
+        /// Broker URL (amqp://, amqps:// or memory://).
+        #[arg(long)]
+        url: String,
+        /// The source queue Q whose dead-letter (or parking) queue is replayed.
+        #[arg(long)]
+        queue: String,
+        /// Replay Q.parked instead of Q.dlq.
+        #[arg(long)]
+        parked: bool,
+        /// Move at most this many messages.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Count what would move; move nothing (messages read are given back, marked
+        /// redelivered).
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print messages of a queue without consuming them: one message JSON object per line with
+    /// `redelivered` and the decoded `envelope` added. Messages are read, then given back
+    /// (nack with requeue), which sets their `redelivered` flag.
+    Peek {
+        /// Broker URL (amqp://, amqps:// or memory://).
+        #[arg(long)]
+        url: String,
+        /// The queue to look into.
+        #[arg(long)]
+        queue: String,
+        /// Print at most this many messages.
+        #[arg(long, default_value_t = 10)]
+        count: u64,
+    },
 }
 
 /// Runs one `polyq acemq` command.
@@ -64,9 +157,159 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let origin = origin.unwrap_or_else(|| provenance::origin(""));
             encode(&input, &origin, parse_now(now.as_deref())?)?.to_json_pretty()
         }
+        Command::Publish {
+            url,
+            exchange,
+            routing_key,
+            message_type,
+            headers,
+            correlation_id,
+            claim,
+            json,
+            count,
+        } => {
+            let payload: Value =
+                serde_json::from_str(&json).map_err(|e| anyhow!("--json: not JSON: {e}"))?;
+            let headers = headers
+                .iter()
+                .map(|h| name_value(h, "--header"))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let message_type =
+                message_type.unwrap_or_else(|| wire::type_for(&routing_key).to_owned());
+            let mq = acemq::AceMq::builder()
+                .url(url.as_str())
+                .client_name("polyq")
+                .connect()
+                .await
+                .with_context(|| format!("--url {}", polyq_amqp::redact_url(&url)))?;
+            let publisher = mq.publisher::<Value>(exchange, routing_key);
+            let body = serde_json::to_vec(&payload)?;
+            for _ in 0..count {
+                let mut builder = Envelope::of(message_type.as_str());
+                for (name, value) in &headers {
+                    builder = builder.header(name.as_str(), value.as_str());
+                }
+                if let Some(id) = &correlation_id {
+                    builder = builder.correlation_id(id.as_str());
+                }
+                if let Some(uri) = &claim {
+                    builder = builder.claim(uri.as_str());
+                }
+                let envelope = builder.build().map_err(|e| anyhow!("--header: {e}"))?;
+                let sent = publisher.send_with(&payload, envelope).await?;
+                let decoded = describe(
+                    &sent,
+                    Some(acemq::codec::JSON_CONTENT_TYPE),
+                    &body,
+                    OffsetDateTime::now_utc(),
+                )?;
+                println!("{}", serde_json::to_string(&decoded)?);
+            }
+            mq.close().await.ok();
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Consume {
+            url,
+            queue,
+            count,
+            timeout,
+        } => {
+            let idle = Duration::try_from_secs_f64(timeout)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    anyhow!("--timeout: expected a positive number of seconds, found {timeout}")
+                })?;
+            consume(&url, &queue, count, idle).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Replay {
+            url,
+            queue,
+            parked,
+            limit,
+            dry_run,
+        } => {
+            replay::replay(&url, &queue, parked, limit, dry_run).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Peek { url, queue, count } => {
+            replay::peek(&url, &queue, count, |message| {
+                Ok(serde_json::to_value(decode(message, OffsetDateTime::now_utc())?)?)
+            })
+            .await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Topology { command } => {
+            return Ok(if topology::run(command).await? {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
+        }
     };
     println!("{output}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Splits `NAME=VALUE`; errors name the flag.
+pub(crate) fn name_value(text: &str, flag: &str) -> anyhow::Result<(String, String)> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.to_owned()))
+        }
+        _ => bail!("{flag}: expected NAME=VALUE, found \"{text}\""),
+    }
+}
+
+/// Takes messages off `queue` as they come, printing and acknowledging each. The transport
+/// client is used rather than an `acemq` consumer so that every message is shown as it is on
+/// the wire (properties, content type, undecodable bodies), and nothing is declared.
+async fn consume(url: &str, queue: &str, count: Option<u64>, idle: Duration) -> anyhow::Result<()> {
+    let client = Client::connect(url)
+        .await
+        .with_context(|| format!("--url {}", polyq_amqp::redact_url(url)))?;
+    let prefetch = count.map_or(50, |n| u16::try_from(n.min(50)).unwrap_or(50));
+    let mut deliveries = client
+        .consume(queue, &ConsumeOptions::default().prefetch(prefetch.max(1)))
+        .await
+        .with_context(|| format!("--queue {queue}"))?;
+    let mut taken = 0u64;
+    while count.is_none_or(|n| taken < n) {
+        let Ok(next) = tokio::time::timeout(idle, deliveries.next()).await else {
+            break;
+        };
+        let Some(delivery) = next else { break };
+        let delivery = delivery?;
+        let message = MessageJson::new(
+            delivery.exchange.clone(),
+            delivery.routing_key.clone(),
+            delivery.properties.clone(),
+            delivery.body.clone(),
+        );
+        match decode(&message, OffsetDateTime::now_utc()) {
+            Ok(decoded) => {
+                println!("{}", serde_json::to_string(&decoded)?);
+                delivery.ack().await?;
+                taken += 1;
+            }
+            Err(error) => {
+                // Left on the queue: this command must never lose a message it cannot show.
+                delivery.nack(true).await.ok();
+                bail!(
+                    "message {} on {queue} left on the queue: {error}",
+                    message
+                        .properties
+                        .message_id
+                        .as_deref()
+                        .unwrap_or("(no message-id)")
+                );
+            }
+        }
+    }
+    deliveries.cancel().await.ok();
+    client.close().await.ok();
+    Ok(())
 }
 
 fn read_input(file: &PathBuf) -> anyhow::Result<String> {
@@ -123,6 +366,21 @@ fn decode(message: &MessageJson, now: OffsetDateTime) -> anyhow::Result<Decoded>
         properties.message_id.as_deref(),
         now,
     );
+    describe(
+        &envelope,
+        properties.content_type.as_deref(),
+        &message.body,
+        now,
+    )
+}
+
+/// The envelope and body as `decode` prints them.
+fn describe(
+    envelope: &Envelope,
+    content_type: Option<&str>,
+    body: &[u8],
+    now: OffsetDateTime,
+) -> anyhow::Result<Decoded> {
     let itinerary = envelope
         .itinerary()
         .map_err(|e| anyhow!("headers.acemq-routing-slip: {e}"))?;
@@ -154,8 +412,8 @@ fn decode(message: &MessageJson, now: OffsetDateTime) -> anyhow::Result<Decoded>
         replayed_at: envelope.replayed_at().map(wire::format_instant),
         replay_count: envelope.replay_count(),
         headers: headers_to_json(envelope.headers()),
-        content_type: properties.content_type.clone(),
-        payload: decode_payload(properties.content_type.as_deref(), &message.body)?,
+        content_type: content_type.map(str::to_owned),
+        payload: decode_payload(content_type, body)?,
     })
 }
 

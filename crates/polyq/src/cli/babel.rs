@@ -1,14 +1,20 @@
 //! `polyq babel` commands.
 
+mod progress;
+
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::Context as _;
-use babelqueue::{MakeOptions, Verdict, conformance, projection};
-use clap::Subcommand;
+use anyhow::{Context as _, anyhow};
+use babelqueue::redrive::RedriveOptions;
+use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport};
+use babelqueue::{BabelQueue, MakeOptions, Verdict, conformance, projection};
+use clap::{Subcommand, ValueEnum};
 use polyq_amqp::MessageJson;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// `polyq babel` subcommands.
 #[derive(Debug, Subcommand)]
@@ -50,6 +56,116 @@ pub(crate) enum Command {
         )]
         redis_url: String,
     },
+    /// Publish jobs (confirmed where the broker confirms) and print each body.
+    Publish {
+        #[command(flatten)]
+        broker: Broker,
+        /// The queue.
+        #[arg(long)]
+        queue: String,
+        /// The message URN, e.g. urn:babel:orders:created.
+        #[arg(long)]
+        urn: String,
+        /// The payload, JSON (key order and number spelling are kept).
+        #[arg(long)]
+        data: String,
+        /// A trace id to continue (a new UUID v4 per job otherwise).
+        #[arg(long)]
+        trace_id: Option<String>,
+        /// An out-of-band header, NAME=VALUE (traceparent, ...); repeatable.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// How many jobs to publish.
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// Take jobs off a queue, acknowledging them, and print each as `decode` does, one JSON
+    /// line each. Stops after --max jobs, or when none came for --timeout seconds.
+    Consume {
+        #[command(flatten)]
+        broker: Broker,
+        /// The queue.
+        #[arg(long)]
+        queue: String,
+        /// Stop after this many jobs (default: only the timeout stops it).
+        #[arg(long)]
+        max: Option<u64>,
+        /// Stop when no job came for this many seconds.
+        #[arg(long, default_value_t = 5.0)]
+        timeout: f64,
+    },
+    /// Move dead-lettered jobs back to their queue (attempts reset, the dead_letter block
+    /// removed) and print the report as JSON; progress goes to standard error.
+    Redrive {
+        #[command(flatten)]
+        broker: Broker,
+        /// The dead-letter queue.
+        #[arg(long)]
+        dlq: String,
+        /// Send every job here instead of its original queue.
+        #[arg(long)]
+        to: Option<String>,
+        /// Take at most this many jobs (default: all).
+        #[arg(long, default_value_t = 0)]
+        max: usize,
+        /// Report the plan and put everything back.
+        #[arg(long)]
+        dry_run: bool,
+        /// Stamp bq-replay-bypass: 1 so handlers can skip side effects.
+        #[arg(long)]
+        bypass: bool,
+    },
+}
+
+/// Where the jobs are.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Broker {
+    /// The broker: memory://, amqp://, amqps://, redis:// or rediss://.
+    #[arg(long)]
+    url: String,
+    /// The Redis key layout.
+    #[arg(long, value_enum, default_value_t = Layout::Default)]
+    layout: Layout,
+}
+
+/// The Redis key layout, as a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Layout {
+    /// `<queue>`, `<queue>:processing` (the SDKs' own layout).
+    Default,
+    /// Laravel's `queues:<queue>` layout.
+    Laravel,
+}
+
+impl From<Layout> for RedisLayout {
+    fn from(layout: Layout) -> Self {
+        match layout {
+            Layout::Default => RedisLayout::Default,
+            Layout::Laravel => RedisLayout::Laravel,
+        }
+    }
+}
+
+impl Broker {
+    /// Connects to the binding the URL names.
+    pub(crate) async fn connect(&self) -> anyhow::Result<AnyTransport> {
+        connect(&self.url, self.layout).await
+    }
+}
+
+/// Connects to the binding `url` names; errors name the URL with credentials redacted.
+pub(crate) async fn connect(url: &str, layout: Layout) -> anyhow::Result<AnyTransport> {
+    let options = ConnectOptions::default().redis_layout(layout.into());
+    AnyTransport::connect(url, options)
+        .await
+        .with_context(|| format!("--url {}", polyq_amqp::redact_url(url)))
+}
+
+fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow!("{flag}: expected a positive number of seconds, found {value}"))
 }
 
 /// Runs one `polyq babel` command.
@@ -98,6 +214,79 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
+        Command::Publish {
+            broker,
+            queue,
+            urn,
+            data,
+            trace_id,
+            headers,
+            count,
+        } => {
+            let data: Box<RawValue> =
+                serde_json::from_str(&data).map_err(|e| anyhow!("--data: not JSON: {e}"))?;
+            let headers = headers
+                .iter()
+                .map(|h| super::acemq::name_value(h, "--header"))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let transport = broker.connect().await?;
+            if !headers.is_empty() && !transport.capabilities().headers {
+                anyhow::bail!(
+                    "--header: this binding carries no out-of-band headers (the Laravel layout drops them)"
+                );
+            }
+            let jobs = BabelQueue::with_transport(transport, queue);
+            for _ in 0..count {
+                let mut options = MakeOptions::new();
+                if let Some(trace_id) = &trace_id {
+                    options = options.trace_id(trace_id.as_str());
+                }
+                let sent = jobs.publish_with(&urn, &data, options, &headers).await?;
+                println!("{}", sent.encode()?);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Consume {
+            broker,
+            queue,
+            max,
+            timeout,
+        } => {
+            let idle = seconds(timeout, "--timeout")?;
+            let transport = broker.connect().await?;
+            let mut taken = 0u64;
+            while max.is_none_or(|n| taken < n) {
+                let Some(reserved) = transport.reserve(&queue, idle).await? else {
+                    break;
+                };
+                println!("{}", report(&reserved.body, reserved.headers));
+                transport.ack(&reserved.receipt).await?;
+                taken += 1;
+            }
+            transport.unsubscribe(&queue).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Redrive {
+            broker,
+            dlq,
+            to,
+            max,
+            dry_run,
+            bypass,
+        } => {
+            let mut options = RedriveOptions::new()
+                .max(max)
+                .dry_run(dry_run)
+                .bypass(bypass);
+            if let Some(to) = to {
+                options = options.to_queue(to);
+            }
+            let transport = progress::Counted::new(broker.connect().await?, &dlq);
+            let report = babelqueue::redrive::redrive(&transport, &dlq, &options).await;
+            transport.finish();
+            println!("{}", serde_json::to_string(&report?)?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -136,18 +325,22 @@ fn message_body(input: &[u8]) -> Vec<u8> {
 
 fn inspect(input: &[u8]) -> String {
     let body = message_body(input);
-    let (body, headers) = match std::str::from_utf8(&body) {
+    match std::str::from_utf8(&body) {
         Ok(text) => {
             let (inner, headers) = projection::unframe(text);
-            (inner.into_owned().into_bytes(), headers)
+            report(inner.as_bytes(), headers)
         }
-        Err(_) => (body, Vec::new()),
-    };
-    let (decoded, reason, poison) = match babelqueue::classify(&body) {
+        Err(_) => report(&body, Vec::new()),
+    }
+}
+
+/// The `decode` verdict line for an envelope body and its out-of-band headers.
+pub(crate) fn report(body: &[u8], headers: Vec<(String, String)>) -> String {
+    let (decoded, reason, poison) = match babelqueue::classify(body) {
         Verdict::Accepted(decoded) => (Some(decoded), None, None),
         Verdict::Rejected { decoded, reason } => (Some(decoded), Some(reason.as_str()), None),
         Verdict::Poison(cause) => {
-            let decoded = babelqueue::decode(&body).ok();
+            let decoded = babelqueue::decode(body).ok();
             (decoded, None, Some(cause.to_string()))
         }
     };

@@ -3,3 +3,4 @@
 pub(crate) mod acemq;
 pub(crate) mod babel;
 pub(crate) mod bench;
+pub(crate) mod demo;

@@ -1,0 +1,114 @@
+//! Redrive progress on standard error, observed at the binding: every job reserved from the
+//! dead-letter queue lengthens the bar, every job settled (acknowledged once redriven, or put
+//! back) advances it. The bar is hidden when standard error is not a terminal.
+
+use std::io::IsTerminal as _;
+use std::time::Duration;
+
+use babelqueue::transport::{Capabilities, Reserved, Transport};
+use bytes::Bytes;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// A binding that forwards every call to `inner` and counts what a redrive of `dlq` does.
+pub(crate) struct Counted<T> {
+    inner: T,
+    dlq: String,
+    bar: ProgressBar,
+}
+
+impl<T: Transport> Counted<T> {
+    /// Wraps `inner`, showing a bar for the redrive of `dlq`.
+    pub(crate) fn new(inner: T, dlq: &str) -> Self {
+        let bar = if std::io::stderr().is_terminal() {
+            ProgressBar::new(0)
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} settled")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_message(format!("redrive {dlq}"));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        Self {
+            inner,
+            dlq: dlq.to_owned(),
+            bar,
+        }
+    }
+
+    /// Removes the bar.
+    pub(crate) fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl<T: Transport> Transport for Counted<T> {
+    type Receipt = T::Receipt;
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn publish(
+        &self,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+    ) -> babelqueue::Result<()> {
+        self.inner.publish(queue, body, headers).await
+    }
+
+    async fn reserve(
+        &self,
+        queue: &str,
+        wait: Duration,
+    ) -> babelqueue::Result<Option<Reserved<T::Receipt>>> {
+        let reserved = self.inner.reserve(queue, wait).await?;
+        if reserved.is_some() && queue == self.dlq {
+            self.bar.inc_length(1);
+        }
+        Ok(reserved)
+    }
+
+    async fn ack(&self, receipt: &T::Receipt) -> babelqueue::Result<()> {
+        let acked = self.inner.ack(receipt).await;
+        self.bar.inc(1);
+        acked
+    }
+
+    async fn retry(
+        &self,
+        receipt: &T::Receipt,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+        delay: Duration,
+    ) -> babelqueue::Result<()> {
+        self.inner.retry(receipt, queue, body, headers, delay).await
+    }
+
+    async fn release(&self, receipt: &T::Receipt, delay: Duration) -> babelqueue::Result<()> {
+        let released = self.inner.release(receipt, delay).await;
+        self.bar.inc(1);
+        released
+    }
+
+    async fn dead_letter(
+        &self,
+        receipt: &T::Receipt,
+        dlq: &str,
+        body: Bytes,
+    ) -> babelqueue::Result<()> {
+        self.inner.dead_letter(receipt, dlq, body).await
+    }
+
+    fn schema_version(&self, receipt: &T::Receipt) -> Option<String> {
+        self.inner.schema_version(receipt)
+    }
+
+    async fn unsubscribe(&self, queue: &str) -> babelqueue::Result<()> {
+        self.inner.unsubscribe(queue).await
+    }
+}
