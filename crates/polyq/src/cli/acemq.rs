@@ -235,7 +235,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Peek { url, queue, count } => {
             replay::peek(&url, &queue, count, |message| {
-                Ok(serde_json::to_value(decode(message, OffsetDateTime::now_utc())?)?)
+                decode(message, OffsetDateTime::now_utc())
             })
             .await?;
             return Ok(ExitCode::SUCCESS);
