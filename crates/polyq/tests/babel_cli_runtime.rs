@@ -1,0 +1,340 @@
+//! `polyq babel publish`, `consume` and `redrive`, run as the built binary against RabbitMQ and
+//! Redis (both layouts).
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use babelqueue::BabelQueue;
+use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout};
+use serde_json::Value;
+
+fn polyq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_polyq"))
+        .args(args)
+        .env("POLYQ_LOG", "off")
+        .output()
+        .expect("polyq runs")
+}
+
+fn run(args: &[&str]) -> Vec<String> {
+    let output = polyq(args);
+    assert!(
+        output.status.success(),
+        "polyq {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("UTF-8 stdout")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn failure(args: &[&str]) -> String {
+    let output = polyq(args);
+    assert!(!output.status.success(), "polyq {args:?} should fail");
+    String::from_utf8(output.stderr).expect("UTF-8 stderr")
+}
+
+/// Removes a queue and its dead-letter queue on RabbitMQ, or every key naming it on Redis.
+async fn remove(url: &str, queue: &str) {
+    if url.starts_with("redis") {
+        let client = redis::Client::open(url).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("*{queue}*"))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            redis::cmd("DEL")
+                .arg(&keys)
+                .query_async::<()>(&mut connection)
+                .await
+                .unwrap();
+        }
+    } else {
+        let client = polyq_amqp::Client::connect(url).await.unwrap();
+        for name in [queue.to_owned(), format!("{queue}.dlq")] {
+            client.delete_queue(&name).await.ok();
+        }
+        client.close().await.ok();
+    }
+}
+
+async fn round_trip(url: &str, layout: &str) {
+    let queue = polyq_testkit::unique_name("polyq.cli.babel");
+    let headers_ride = layout == "default";
+    let mut publish = vec![
+        "babel",
+        "publish",
+        "--url",
+        url,
+        "--layout",
+        layout,
+        "--queue",
+        &queue,
+        "--urn",
+        "urn:babel:orders:created",
+        "--data",
+        r#"{"order_id":1042,"amount":99.90,"note":"café ☕"}"#,
+        "--trace-id",
+        "trace-7",
+        "--count",
+        "2",
+    ];
+    if headers_ride {
+        publish.extend([
+            "--header",
+            "traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ]);
+    }
+    let bodies = run(&publish);
+    assert_eq!(bodies.len(), 2, "{layout}: one body per job");
+    for body in &bodies {
+        let job: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(job["job"], "urn:babel:orders:created");
+        assert_eq!(job["trace_id"], "trace-7");
+        assert_eq!(job["meta"]["queue"], queue.as_str());
+        assert!(
+            body.contains(r#""data":{"order_id":1042,"amount":99.90,"note":"café ☕"}"#),
+            "data bytes kept: {body}"
+        );
+    }
+
+    let consumed = run(&[
+        "babel",
+        "consume",
+        "--url",
+        url,
+        "--layout",
+        layout,
+        "--queue",
+        &queue,
+        "--max",
+        "2",
+        "--timeout",
+        "5",
+    ]);
+    assert_eq!(consumed.len(), 2, "{layout}");
+    for (line, body) in consumed.iter().zip(&bodies) {
+        let report: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(report["accepts"], true, "{line}");
+        assert_eq!(report["urn"], "urn:babel:orders:created");
+        assert_eq!(
+            report["envelope"],
+            body.as_str(),
+            "{layout}: the job as published"
+        );
+        if headers_ride {
+            assert_eq!(
+                report["headers"]["traceparent"],
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            );
+        }
+        // The same line `babel decode` prints for the body.
+        let mut expected: Value = serde_json::from_str(&polyq_decode(body)).unwrap();
+        if headers_ride {
+            expected["headers"] = report["headers"].clone();
+        }
+        assert_eq!(report, expected);
+    }
+    let empty = run(&[
+        "babel",
+        "consume",
+        "--url",
+        url,
+        "--layout",
+        layout,
+        "--queue",
+        &queue,
+        "--timeout",
+        "0.3",
+    ]);
+    assert!(empty.is_empty(), "{layout}: the jobs were acknowledged");
+    remove(url, &queue).await;
+}
+
+fn polyq_decode(body: &str) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_polyq"))
+        .args(["babel", "decode"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+#[tokio::test]
+async fn publish_then_consume_on_rabbitmq() {
+    round_trip(&polyq_testkit::amqp_url(), "default").await;
+}
+
+#[tokio::test]
+async fn publish_then_consume_on_redis_default_layout() {
+    round_trip(&polyq_testkit::redis_url(), "default").await;
+}
+
+#[tokio::test]
+async fn publish_then_consume_on_redis_laravel_layout() {
+    round_trip(&polyq_testkit::redis_url(), "laravel").await;
+}
+
+async fn redrive(url: &str) {
+    let queue = polyq_testkit::unique_name("polyq.cli.redrive");
+    let dlq = format!("{queue}.dlq");
+    let layout = ConnectOptions::default().redis_layout(RedisLayout::Default);
+    let jobs = BabelQueue::with_transport(
+        AnyTransport::connect(url, layout).await.unwrap(),
+        queue.as_str(),
+    );
+    let sent = jobs
+        .publish(
+            "urn:babel:orders:shipped",
+            &serde_json::json!({"order_id": 7}),
+        )
+        .await
+        .unwrap();
+    // No handler for the URN and one attempt: the job is dead-lettered as unknown_urn.
+    let report = jobs
+        .worker()
+        .max_attempts(1)
+        .consume(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(report.dead_lettered, 1);
+    let id = sent.meta().unwrap().id().unwrap().to_owned();
+
+    let plan = run(&["babel", "redrive", "--url", url, "--dlq", &dlq, "--dry-run"]);
+    let plan: Value = serde_json::from_str(&plan[0]).unwrap();
+    assert_eq!(
+        (plan["redriven"].as_u64(), plan["skipped"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert_eq!(plan["items"][0]["action"], "dry_run");
+    assert_eq!(plan["items"][0]["to"], queue.as_str());
+
+    let done = run(&["babel", "redrive", "--url", url, "--dlq", &dlq, "--bypass"]);
+    assert_eq!(done.len(), 1, "one JSON report");
+    let done: Value = serde_json::from_str(&done[0]).unwrap();
+    assert_eq!(done["redriven"], 1);
+    let item = &done["items"][0];
+    assert_eq!(item["action"], "redriven");
+    assert_eq!(item["redriven"], true);
+    assert_eq!(item["reason"], "unknown_urn");
+    assert_eq!(item["message_id"], id.as_str());
+    assert_eq!(
+        (item["from"].as_str(), item["to"].as_str()),
+        (Some(dlq.as_str()), Some(queue.as_str()))
+    );
+
+    let back = run(&[
+        "babel",
+        "consume",
+        "--url",
+        url,
+        "--queue",
+        &queue,
+        "--max",
+        "1",
+        "--timeout",
+        "5",
+    ]);
+    let back: Value = serde_json::from_str(&back[0]).unwrap();
+    let envelope: Value = serde_json::from_str(back["envelope"].as_str().unwrap()).unwrap();
+    assert_eq!(envelope["attempts"], 0, "attempts reset");
+    assert!(
+        envelope.get("dead_letter").is_none(),
+        "the block is removed"
+    );
+    assert_eq!(back["headers"]["bq-replay-bypass"], "1");
+    let left = run(&[
+        "babel",
+        "consume",
+        "--url",
+        url,
+        "--queue",
+        &dlq,
+        "--timeout",
+        "0.3",
+    ]);
+    assert!(left.is_empty(), "the dead-letter queue is empty");
+    remove(url, &queue).await;
+}
+
+#[tokio::test]
+async fn redrive_moves_a_dead_lettered_job_back_on_rabbitmq() {
+    redrive(&polyq_testkit::amqp_url()).await;
+}
+
+#[tokio::test]
+async fn redrive_moves_a_dead_lettered_job_back_on_redis() {
+    redrive(&polyq_testkit::redis_url()).await;
+}
+
+#[test]
+fn bad_input_is_named_and_fails() {
+    let redis = polyq_testkit::redis_url();
+    let error = failure(&[
+        "babel",
+        "publish",
+        "--url",
+        "kafka://ops:hunter2@broker",
+        "--queue",
+        "q",
+        "--urn",
+        "urn:a:b",
+        "--data",
+        "{}",
+    ]);
+    assert!(
+        error.contains("kafka://ops:***@broker") && !error.contains("hunter2"),
+        "{error}"
+    );
+    let error = failure(&[
+        "babel", "publish", "--url", &redis, "--queue", "q", "--urn", "urn:a:b", "--data", "{",
+    ]);
+    assert!(error.contains("--data: not JSON"), "{error}");
+    let error = failure(&[
+        "babel",
+        "publish",
+        "--url",
+        &redis,
+        "--layout",
+        "laravel",
+        "--queue",
+        "q",
+        "--urn",
+        "urn:a:b",
+        "--data",
+        "{}",
+        "--header",
+        "traceparent=x",
+    ]);
+    assert!(
+        error.contains("--header") && error.contains("Laravel"),
+        "{error}"
+    );
+    let error = failure(&[
+        "babel",
+        "consume",
+        "--url",
+        &redis,
+        "--queue",
+        "q",
+        "--timeout=0",
+    ]);
+    assert!(error.contains("--timeout"), "{error}");
+    let error = failure(&[
+        "babel", "consume", "--url", &redis, "--layout", "symfony", "--queue", "q",
+    ]);
+    assert!(error.contains("symfony"), "{error}");
+}
