@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
     ConfirmSelectOptions,
 };
 use lapin::types::FieldTable;
@@ -74,19 +74,20 @@ impl Raw {
         Ok(started.elapsed())
     }
 
-    /// Consumes and acks `count` messages on a new channel with the prefetch applied; closing
-    /// the channel afterwards returns what it had prefetched to the queue.
+    /// Consumes and acks `count` messages on a new channel with the prefetch applied; the time
+    /// runs from opening the channel to the last ack. Cancelling and closing afterwards returns
+    /// what it had prefetched to the queue.
     pub(super) async fn consume(
         &self,
         queue: &str,
         count: u32,
         settings: &Settings,
     ) -> anyhow::Result<Duration> {
+        let started = Instant::now();
         let channel = self.connection.create_channel().await?;
         channel
             .basic_qos(settings.prefetch, BasicQosOptions { global: false })
             .await?;
-        let started = Instant::now();
         let mut consumer = channel
             .basic_consume(
                 queue.into(),
@@ -103,6 +104,9 @@ impl Raw {
             delivery.ack(BasicAckOptions::default()).await?;
         }
         let elapsed = started.elapsed();
+        channel
+            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+            .await?;
         channel.close(200, "done".into()).await?;
         Ok(elapsed)
     }

@@ -57,16 +57,15 @@ impl Polyq {
         Ok(started.elapsed())
     }
 
-    /// Consumes and acks `count` messages with the prefetch applied.
+    /// Consumes and acks `count` messages with the prefetch applied; the time runs from the
+    /// consume request to the last ack, as on the raw side.
     pub(super) async fn consume(
         &self,
         queue: &str,
         count: u32,
         settings: &Settings,
     ) -> anyhow::Result<Duration> {
-        let started = Instant::now();
-        consume(&self.client, queue, count, settings).await?;
-        Ok(started.elapsed())
+        consume(&self.client, queue, count, settings).await
     }
 
     pub(super) async fn close(&self) -> anyhow::Result<()> {
@@ -99,13 +98,14 @@ pub(super) async fn publish(
 }
 
 /// Consumes and acks `count` messages, then cancels the consumer; what it had prefetched goes
-/// back to the queue when its channel closes.
+/// back to the queue. Returns the time from the consume request to the last ack.
 pub(super) async fn consume(
     client: &Client,
     queue: &str,
     count: u32,
     settings: &Settings,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
     let mut consumer = client
         .consume(
             queue,
@@ -119,8 +119,9 @@ pub(super) async fn consume(
             .ok_or_else(|| anyhow::anyhow!("polyq consumer ended early"))??;
         delivery.ack().await?;
     }
+    let elapsed = started.elapsed();
     consumer.cancel().await?;
-    Ok(())
+    Ok(elapsed)
 }
 
 fn check(outcome: polyq_amqp::Result<PublishOutcome>) -> anyhow::Result<()> {
