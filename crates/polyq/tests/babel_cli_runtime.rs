@@ -222,7 +222,19 @@ async fn redrive(url: &str) {
     assert_eq!(plan["items"][0]["action"], "dry_run");
     assert_eq!(plan["items"][0]["to"], queue.as_str());
 
-    let done = run(&["babel", "redrive", "--url", url, "--dlq", &dlq, "--bypass"]);
+    let args = ["babel", "redrive", "--url", url, "--dlq", &dlq, "--bypass"];
+    let output = polyq(&args);
+    assert!(output.status.success());
+    assert!(
+        output.stderr.is_empty(),
+        "no progress bar when standard error is not a terminal: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let done: Vec<String> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(done.len(), 1, "one JSON report");
     let done: Value = serde_json::from_str(&done[0]).unwrap();
     assert_eq!(done["redriven"], 1);
