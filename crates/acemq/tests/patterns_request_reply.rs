@@ -1,0 +1,173 @@
+//! Request/reply: many requests in flight, the wire form of a request, timeouts and late
+//! replies, a failing responder, a request without a reply address.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use acemq::patterns::PatternError;
+use acemq::patterns::request_reply::{Requester, respond};
+use acemq::{Envelope, Message};
+use common::{Env, LIMIT};
+use polyq_amqp::{FieldValue, OutgoingMessage, Properties};
+
+async fn concurrent_requests_are_matched(env: &'static Env) {
+    let queue = env.queue("rr.double").await;
+    let responder = respond(
+        &env.mq,
+        env.mq
+            .consumer::<u64>(queue.as_str())
+            .concurrency(4)
+            .prefetch(8),
+        |m: Message<u64>| async move { Ok::<_, std::convert::Infallible>(m.payload() * 2) },
+    )
+    .await
+    .unwrap();
+    let requester = Arc::new(Requester::start(&env.mq).await.unwrap());
+    assert!(requester.reply_queue().starts_with("acemq.reply."));
+    let calls = (0..32u64).map(|n| {
+        let requester = Arc::clone(&requester);
+        let queue = queue.clone();
+        tokio::spawn(async move {
+            let doubled: u64 = requester.request("", &queue, &n).await.unwrap();
+            (n, doubled)
+        })
+    });
+    for call in futures_util::future::join_all(calls).await {
+        let (n, doubled) = call.unwrap();
+        assert_eq!(doubled, n * 2);
+    }
+    assert_eq!(responder.answered(), 32);
+    assert_eq!(requester.late_replies(), 0);
+    assert!(responder.drain(LIMIT).await.is_clean());
+    Arc::into_inner(requester).unwrap().close().await.unwrap();
+}
+both!(concurrent_requests_are_matched);
+
+/// Answers `request` by hand, as another port's responder would.
+async fn reply_by_hand(env: &Env, request: &Envelope, reply_to: &str, body: &'static [u8]) {
+    let reply = request.causing(reply_to).build().unwrap();
+    let mut properties = Properties::default();
+    reply.write_properties(&mut properties);
+    env.client()
+        .publish(OutgoingMessage::new("", reply_to, properties, body))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+async fn wire_form_timeout_and_late_replies(env: &'static Env) {
+    let queue = env.queue("rr.wire").await;
+    let requester = Arc::new(Requester::start(&env.mq).await.unwrap());
+    let call = tokio::spawn({
+        let requester = Arc::clone(&requester);
+        let queue = queue.clone();
+        async move { requester.request::<str, String>("", &queue, "ping").await }
+    });
+    let raw = env.next_in(&queue).await;
+    let reply_to = requester.reply_queue().to_owned();
+    assert_eq!(raw.properties.reply_to.as_deref(), Some(reply_to.as_str()));
+    assert_eq!(
+        raw.properties.headers["acemq-reply-to"],
+        FieldValue::from(reply_to.as_str())
+    );
+    let request = Envelope::from_properties(&raw.properties, &raw.routing_key);
+    assert_eq!(request.message_type(), queue);
+    assert_ne!(
+        request.correlation_id(),
+        request.id(),
+        "a fresh correlation per request"
+    );
+    assert_eq!(
+        raw.properties.correlation_id, None,
+        "the AMQP correlation-id is not used"
+    );
+    reply_by_hand(env, &request, &reply_to, b"\"pong\"").await;
+    assert_eq!(call.await.unwrap().unwrap(), "pong");
+
+    // Nobody answers in time: a timeout of its own kind.
+    let err = requester
+        .request_within::<str, String>("", &queue, "late", Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    let PatternError::Timeout { correlation_id, .. } = &err else {
+        panic!("expected a timeout, got {err}");
+    };
+    assert_eq!(requester.timed_out(), 1);
+    let raw = env.next_in(&queue).await;
+    let late = Envelope::from_properties(&raw.properties, &raw.routing_key);
+    assert_eq!(late.correlation_id(), correlation_id);
+    reply_by_hand(env, &late, &reply_to, b"\"too late\"").await;
+
+    // Replies arrive in order: once a later one is matched, the late one was seen and dropped.
+    let call = tokio::spawn({
+        let requester = Arc::clone(&requester);
+        let queue = queue.clone();
+        async move { requester.request::<str, String>("", &queue, "again").await }
+    });
+    let raw = env.next_in(&queue).await;
+    let again = Envelope::from_properties(&raw.properties, &raw.routing_key);
+    reply_by_hand(env, &again, &reply_to, b"\"on time\"").await;
+    assert_eq!(call.await.unwrap().unwrap(), "on time");
+    assert_eq!(requester.late_replies(), 1);
+    Arc::into_inner(requester).unwrap().close().await.unwrap();
+}
+both!(wire_form_timeout_and_late_replies);
+
+async fn a_failing_responder_answers_once_and_rejects(env: &'static Env) {
+    let queue = env.queue("rr.fail").await;
+    let responder = respond(
+        &env.mq,
+        env.mq.consumer::<u32>(queue.as_str()),
+        |m: Message<u32>| async move {
+            match *m.payload() {
+                0 => Err("cannot divide by zero"),
+                n => Ok(100 / n),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let requester = Requester::start(&env.mq).await.unwrap();
+    let err = requester
+        .request::<u32, u32>("", &queue, &0)
+        .await
+        .unwrap_err();
+    let PatternError::Responder { error, .. } = &err else {
+        panic!("expected the responder's error, got {err}");
+    };
+    assert_eq!(error, "Error: cannot divide by zero");
+    let dead = env.next_in(&format!("{queue}.dlq")).await;
+    assert_eq!(
+        dead.properties.headers["x-acemq-error"],
+        FieldValue::from(
+            "the handler reported an unprocessable message: Error: cannot divide by zero"
+        )
+    );
+    assert_eq!(
+        requester.request::<u32, u32>("", &queue, &4).await.unwrap(),
+        25
+    );
+    assert_eq!((responder.failed(), responder.answered()), (1, 1));
+
+    // No reply address: acknowledged unhandled and counted (Java). The responder handles one
+    // message at a time, so the request after it is answered only once it was counted.
+    env.mq
+        .publisher::<u32>("", queue.as_str())
+        .send(&5)
+        .await
+        .unwrap();
+    assert_eq!(
+        requester
+            .request::<u32, u32>("", &queue, &10)
+            .await
+            .unwrap(),
+        10
+    );
+    assert_eq!((responder.unanswerable(), responder.answered()), (1, 2));
+    assert!(responder.drain(LIMIT).await.is_clean());
+    requester.close().await.unwrap();
+}
+both!(a_failing_responder_answers_once_and_rejects);
