@@ -72,4 +72,18 @@ pub enum PatternError {
         /// The request's correlation id.
         correlation_id: String,
     },
+    /// A claim-check store could not store or return a body.
+    #[error("claim-check store failed for key `{key}`: {reason}")]
+    ClaimStore {
+        /// The key.
+        key: String,
+        /// What the store said.
+        reason: String,
+    },
+    /// A body read as claim-checked has no valid frame.
+    #[error("cannot read a claim-checked body: {reason}")]
+    ClaimFrame {
+        /// What is wrong with it.
+        reason: String,
+    },
 }
