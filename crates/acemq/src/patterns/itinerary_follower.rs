@@ -93,6 +93,22 @@ struct Counts {
     completed: AtomicU64,
 }
 
+/// The counts of a follower; a handle that stays readable after the follower was drained.
+#[derive(Debug, Clone)]
+pub struct FollowerCounts(Arc<Counts>);
+
+impl FollowerCounts {
+    /// Messages sent on to their next stop.
+    pub fn forwarded(&self) -> u64 {
+        self.0.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// Runs that ended here: no stop left after this one (or a message with no itinerary).
+    pub fn completed(&self) -> u64 {
+        self.0.completed.load(Ordering::Relaxed)
+    }
+}
+
 /// A running follower: its consumer and its counts.
 #[derive(Debug)]
 pub struct Follower {
@@ -101,14 +117,10 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Messages sent on to their next stop.
-    pub fn forwarded(&self) -> u64 {
-        self.counts.forwarded.load(Ordering::Relaxed)
-    }
-
-    /// Runs that ended here: no stop left after this one (or a message with no itinerary).
-    pub fn completed(&self) -> u64 {
-        self.counts.completed.load(Ordering::Relaxed)
+    /// The follower's counts. A message's count is taken after its next hop was confirmed,
+    /// so read them after [`drain`](Follower::drain) to see every message handled.
+    pub fn counts(&self) -> FollowerCounts {
+        FollowerCounts(Arc::clone(&self.counts))
     }
 
     /// Drains the consumer; see [`Consumer::drain`].

@@ -236,8 +236,15 @@ impl Replay {
     ) -> Result<(), PatternError> {
         let client = self.mq.client();
         loop {
-            let mut batch = Vec::with_capacity(self.batch_size);
-            while batch.len() < self.batch_size && !self.limit_reached(report) {
+            // Never read more than the limit still allows, so a limited replay does not hold
+            // (and mark redelivered) messages it will not move.
+            let wanted = self.limit.map_or(self.batch_size, |limit| {
+                usize::try_from(limit.saturating_sub(report.moved))
+                    .unwrap_or(usize::MAX)
+                    .min(self.batch_size)
+            });
+            let mut batch = Vec::with_capacity(wanted);
+            while batch.len() < wanted {
                 match client.get(&self.source).await? {
                     Some(delivery) => batch.push(delivery),
                     None => break,
