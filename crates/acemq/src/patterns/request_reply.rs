@@ -277,6 +277,8 @@ impl Requester {
         properties: Properties,
         body: Bytes,
     ) -> Result<(), RuntimeError> {
+        // Counted against the connection's bound on unconfirmed publishes, like a publisher's.
+        let _slot = self.mq.shared.outstanding.acquire().await;
         let confirm = self
             .mq
             .client()
@@ -319,6 +321,14 @@ impl Requester {
             Ok(_) | Err(polyq_amqp::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+impl Drop for Requester {
+    /// A requester dropped without [`close`](Requester::close) stops listening; its reply
+    /// queue expires on the broker after [`REPLY_QUEUE_EXPIRES_MS`].
+    fn drop(&mut self) {
+        self.listener.abort();
     }
 }
 
