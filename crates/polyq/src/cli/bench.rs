@@ -1,6 +1,8 @@
 //! `polyq bench`: throughput of the polyq layers measured side by side with the raw client in
 //! one run, so the figures are ratios that machine noise affects equally.
 
+mod acemq;
+mod babel;
 mod memory;
 mod phases;
 mod raw;
@@ -18,6 +20,12 @@ pub(crate) enum Command {
     /// Confirmed publish and consume + ack through polyq-amqp against raw lapin (`amqp://`), or
     /// end to end on the embedded broker (`memory://`).
     Amqp(AmqpArgs),
+    /// The acemq publisher and consumer against raw lapin (`amqp://`), or on their own
+    /// (`memory://`), and acemq's publish-to-handler latency at a steady rate.
+    Acemq(acemq::AcemqArgs),
+    /// BabelQueue publish and end-to-end jobs/s on any broker, optionally beside the Python
+    /// SDK and acemq in the same run.
+    Babel(babel::BabelArgs),
 }
 
 /// Arguments of `polyq bench amqp`.
@@ -75,6 +83,14 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             } else {
                 phases::compare(&args.url, &settings).await?;
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Acemq(args) => {
+            acemq::run(args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Babel(args) => {
+            babel::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -1,0 +1,403 @@
+//! `polyq bench acemq`: the acemq publisher and consumer beside raw lapin doing the same work,
+//! in alternating slices of one run, and acemq's publish-to-handler latency at a steady rate.
+//!
+//! Both phases alternate between the sides slice by slice in ABBA order, each slice on a
+//! connection of its own, as `polyq bench amqp` does and for the same reasons. The publish phase
+//! is confirmed publishing with a window of confirms outstanding; the end-to-end phase publishes
+//! the same way while a consumer with the prefetch applied takes and acknowledges every message
+//! (acemq: a no-op handler). A side's figure is the median of its slice rates.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use acemq::codec::Raw as RawCodec;
+use acemq::{AceMq, Message};
+use bytes::Bytes;
+use clap::Args;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::Notify;
+
+use super::phases::Settings;
+use super::rate;
+use super::raw::Raw;
+use super::through_polyq::Polyq;
+
+/// How long an end-to-end slice may wait for its last message before the run fails.
+const SLICE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Arguments of `polyq bench acemq`.
+#[derive(Debug, Args)]
+pub(crate) struct AcemqArgs {
+    /// Broker URL: `amqp://`, `amqps://` or `memory://` (acemq figures only).
+    #[arg(long, env = "POLYQ_AMQP_URL")]
+    url: String,
+    /// Messages per side and phase.
+    #[arg(long, default_value_t = 100_000)]
+    messages: u32,
+    /// Body size in bytes (at least 8: the latency phase carries the send time in the body).
+    #[arg(long, default_value_t = 366)]
+    size: usize,
+    /// Publishes awaiting their confirm at most.
+    #[arg(long, default_value_t = 500)]
+    window: usize,
+    /// Consumer prefetch.
+    #[arg(long, default_value_t = 1000)]
+    prefetch: u16,
+    /// Messages per slice: raw and acemq take turns every this many messages.
+    #[arg(long, default_value_t = 2_000)]
+    slice: u32,
+    /// Publish rate of the latency phase, messages per second.
+    #[arg(long, default_value_t = 5_000)]
+    latency_rate: u32,
+    /// Messages of the latency phase.
+    #[arg(long, default_value_t = 10_000)]
+    latency_messages: u32,
+}
+
+/// Runs `polyq bench acemq`.
+pub(super) async fn run(args: AcemqArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.messages > 0, "--messages must be at least 1");
+    anyhow::ensure!(args.window > 0, "--window must be at least 1");
+    anyhow::ensure!(args.prefetch > 0, "--prefetch must be at least 1");
+    anyhow::ensure!(args.slice > 0, "--slice must be at least 1");
+    anyhow::ensure!(args.latency_rate > 0, "--latency-rate must be at least 1");
+    anyhow::ensure!(
+        args.latency_messages > 0,
+        "--latency-messages must be at least 1"
+    );
+    anyhow::ensure!(
+        args.size >= 8,
+        "--size must be at least 8 bytes (the send time rides in the body)"
+    );
+    let settings = Settings {
+        messages: args.messages,
+        body: Bytes::from(vec![b'x'; args.size]),
+        window: args.window,
+        prefetch: args.prefetch,
+        slice: args.slice,
+    };
+    let with_raw = !args.url.to_ascii_lowercase().starts_with("memory://");
+    println!(
+        "polyq bench acemq: {} messages of {} bytes, window {}, prefetch {}, slices of {}, {}",
+        args.messages,
+        args.size,
+        args.window,
+        args.prefetch,
+        args.slice,
+        polyq_amqp::redact_url(&args.url)
+    );
+
+    let admin = Polyq::connect(&args.url).await?;
+    let mut queues = Vec::new();
+    for _ in 0..5 {
+        queues.push(admin.declare_queue().await?);
+    }
+    let measured = measure(&args, &settings, with_raw, &queues).await;
+    for queue in &queues {
+        admin.delete_queue(queue).await?;
+    }
+    admin.close().await?;
+    let ([publish, end_to_end], latency) = measured?;
+
+    let mut ratios = Vec::new();
+    for (name, [raw_side, acemq_side]) in
+        [("confirmed publish", publish), ("end to end", end_to_end)]
+    {
+        let acemq_rate = median(acemq_side);
+        if with_raw {
+            let raw_rate = median(raw_side);
+            let ratio = acemq_rate / raw_rate;
+            println!(
+                "{name}: median slice raw lapin {raw_rate:.0} msg/s, acemq {acemq_rate:.0} msg/s, ratio {ratio:.3}"
+            );
+            ratios.push(ratio);
+        } else {
+            println!("{name}: acemq {acemq_rate:.0} msg/s");
+        }
+    }
+    println!(
+        "acemq publish-to-handler latency at {} msg/s over {} messages: p50 {:.2} ms, p99 {:.2} ms",
+        args.latency_rate,
+        args.latency_messages,
+        latency.p50.as_secs_f64() * 1e3,
+        latency.p99.as_secs_f64() * 1e3
+    );
+    if with_raw {
+        println!(
+            "ratio: {:.3}",
+            ratios.iter().copied().fold(f64::INFINITY, f64::min)
+        );
+    }
+    Ok(())
+}
+
+/// Slice rates of the two phases (`[publish, end to end]`, each `[raw, acemq]`) and the
+/// latency figures. `queues`: raw publish, acemq publish, raw end to end, acemq end to end,
+/// latency.
+async fn measure(
+    args: &AcemqArgs,
+    settings: &Settings,
+    with_raw: bool,
+    queues: &[String],
+) -> anyhow::Result<([[Vec<f64>; 2]; 2], Latency)> {
+    let mut rates: [[Vec<f64>; 2]; 2] = Default::default();
+    for (phase, phase_queues) in [(0, &queues[0..2]), (1, &queues[2..4])] {
+        for (index, count) in slices(settings).enumerate() {
+            let sides: &[usize] = match (with_raw, index % 2) {
+                (false, _) => &[1],
+                (true, 0) => &[0, 1],
+                (true, _) => &[1, 0],
+            };
+            for &side in sides {
+                let queue = &phase_queues[side];
+                let elapsed = match (side, phase) {
+                    (0, 0) => {
+                        let raw = Raw::connect(&args.url).await?;
+                        let elapsed = raw.publish(queue, count, settings).await?;
+                        raw.close().await?;
+                        elapsed
+                    }
+                    (0, _) => raw_end_to_end(&args.url, queue, count, settings).await?,
+                    (_, 0) => {
+                        let mq = connect(&args.url, settings.window).await?;
+                        let elapsed = publish(&mq, queue, count, settings).await?;
+                        mq.close().await?;
+                        elapsed
+                    }
+                    _ => {
+                        let mq = connect(&args.url, settings.window).await?;
+                        let elapsed = end_to_end(&mq, queue, count, settings).await?;
+                        mq.close().await?;
+                        elapsed
+                    }
+                };
+                rates[phase][side].push(rate(count, elapsed));
+            }
+        }
+    }
+    let latency = latency(
+        &args.url,
+        &queues[4],
+        settings,
+        args.latency_rate,
+        args.latency_messages,
+    )
+    .await?;
+    Ok((rates, latency))
+}
+
+/// Message counts of the slices: `slice` each, the last one what remains.
+fn slices(settings: &Settings) -> impl Iterator<Item = u32> + '_ {
+    let full = settings.messages / settings.slice;
+    let rest = settings.messages % settings.slice;
+    (0..full)
+        .map(|_| settings.slice)
+        .chain((rest > 0).then_some(rest))
+}
+
+/// The median rate: other load on a shared machine stalls random slices for longer than the
+/// difference being measured, and the median ignores those stalls.
+fn median(mut rates: Vec<f64>) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    match rates.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => rates[n / 2],
+        n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
+    }
+}
+
+/// An acemq connection allowing `window` confirms outstanding.
+pub(super) async fn connect(url: &str, window: usize) -> anyhow::Result<AceMq> {
+    Ok(AceMq::builder()
+        .url(url)
+        .client_name("polyq-bench-acemq")
+        .max_outstanding_confirms(window)
+        .connect()
+        .await?)
+}
+
+/// Raw lapin publishing into `queue` while a consumer on the same connection acks every
+/// message; the time runs until both are done.
+async fn raw_end_to_end(
+    url: &str,
+    queue: &str,
+    count: u32,
+    settings: &Settings,
+) -> anyhow::Result<Duration> {
+    let raw = Raw::connect(url).await?;
+    let started = Instant::now();
+    let both = tokio::time::timeout(
+        SLICE_DEADLINE,
+        futures_util::future::try_join(
+            raw.publish(queue, count, settings),
+            raw.consume(queue, count, settings),
+        ),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    raw.close().await?;
+    both.map_err(|_| anyhow::anyhow!("raw end-to-end slice took over {SLICE_DEADLINE:?}"))??;
+    Ok(elapsed)
+}
+
+/// Publishes `count` transient mandatory messages through an acemq publisher with `window`
+/// confirms outstanding, until the last confirm.
+async fn publish(
+    mq: &AceMq,
+    queue: &str,
+    count: u32,
+    settings: &Settings,
+) -> anyhow::Result<Duration> {
+    let publisher = mq
+        .publisher_with::<[u8], _>("", queue, RawCodec)
+        .transient();
+    let mut in_flight = FuturesUnordered::new();
+    let started = Instant::now();
+    for _ in 0..count {
+        if in_flight.len() >= settings.window
+            && let Some(confirm) = in_flight.next().await
+        {
+            confirm?;
+        }
+        in_flight.push(publisher.send_async(&settings.body[..]).await?);
+    }
+    while let Some(confirm) = in_flight.next().await {
+        confirm?;
+    }
+    Ok(started.elapsed())
+}
+
+/// Publishes `count` messages into `queue` while an acemq consumer with a no-op handler takes
+/// them; the time runs from starting the consumer to the last handler call.
+pub(super) async fn end_to_end(
+    mq: &AceMq,
+    queue: &str,
+    count: u32,
+    settings: &Settings,
+) -> anyhow::Result<Duration> {
+    let handled = Arc::new(AtomicU32::new(0));
+    let done = Arc::new(Notify::new());
+    let started = Instant::now();
+    let consumer = mq
+        .consumer_with::<Bytes>(queue, RawCodec)
+        .prefetch(settings.prefetch)
+        .declare(false)
+        .start({
+            let handled = Arc::clone(&handled);
+            let done = Arc::clone(&done);
+            move |_: Message<Bytes>| {
+                if handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
+                    done.notify_one();
+                }
+                std::future::ready(())
+            }
+        })
+        .await?;
+    publish(mq, queue, count, settings).await?;
+    let finished = tokio::time::timeout(SLICE_DEADLINE, done.notified()).await;
+    let elapsed = started.elapsed();
+    let report = consumer.drain(Duration::from_secs(10)).await;
+    finished.map_err(|_| {
+        anyhow::anyhow!(
+            "acemq end-to-end slice handled {} of {count} messages in {SLICE_DEADLINE:?}",
+            handled.load(Ordering::Relaxed)
+        )
+    })?;
+    anyhow::ensure!(report.is_clean(), "acemq consumer drain: {report:?}");
+    Ok(elapsed)
+}
+
+/// Percentiles of the publish-to-handler latency.
+struct Latency {
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Publishes `count` messages at `per_second` (each carrying its send time, nanoseconds since
+/// a common start, in its first 8 bytes) while an acemq consumer records, in its handler, how
+/// long each took to arrive.
+async fn latency(
+    url: &str,
+    queue: &str,
+    settings: &Settings,
+    per_second: u32,
+    count: u32,
+) -> anyhow::Result<Latency> {
+    let mq = connect(url, settings.window).await?;
+    let base = Instant::now();
+    let samples = Arc::new(Mutex::new(Vec::with_capacity(count as usize)));
+    let done = Arc::new(Notify::new());
+    let consumer = mq
+        .consumer_with::<Bytes>(queue, RawCodec)
+        .prefetch(settings.prefetch)
+        .declare(false)
+        .start({
+            let samples = Arc::clone(&samples);
+            let done = Arc::clone(&done);
+            move |message: Message<Bytes>| {
+                let now = nanos_since(base);
+                let sent = message
+                    .payload()
+                    .get(..8)
+                    .and_then(|stamp| stamp.try_into().ok())
+                    .map(u64::from_le_bytes);
+                if let Ok(mut samples) = samples.lock() {
+                    samples.push(sent.map(|sent| now.saturating_sub(sent)));
+                    if samples.len() == count as usize {
+                        done.notify_one();
+                    }
+                }
+                std::future::ready(())
+            }
+        })
+        .await?;
+
+    let publisher = mq
+        .publisher_with::<[u8], _>("", queue, RawCodec)
+        .transient();
+    let (confirms_tx, mut confirms_rx) = tokio::sync::mpsc::unbounded_channel();
+    let confirms = tokio::spawn(async move {
+        while let Some(confirm) = confirms_rx.recv().await {
+            let confirm: acemq::PendingConfirm = confirm;
+            confirm.await?;
+        }
+        Ok::<_, acemq::RuntimeError>(())
+    });
+    let mut body = settings.body.to_vec();
+    let start = tokio::time::Instant::now();
+    for index in 0..count {
+        let due = start + Duration::from_secs_f64(f64::from(index) / f64::from(per_second));
+        tokio::time::sleep_until(due).await;
+        body[..8].copy_from_slice(&nanos_since(base).to_le_bytes());
+        // The receiver lives until this sender is dropped below.
+        let _ = confirms_tx.send(publisher.send_async(&body[..]).await?);
+    }
+    drop(confirms_tx);
+    confirms.await??;
+    let finished = tokio::time::timeout(SLICE_DEADLINE, done.notified()).await;
+    let report = consumer.drain(Duration::from_secs(10)).await;
+    mq.close().await?;
+    finished.map_err(|_| anyhow::anyhow!("the latency phase lost messages"))?;
+    anyhow::ensure!(report.is_clean(), "acemq consumer drain: {report:?}");
+
+    let samples = std::mem::take(&mut *samples.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
+    let mut latencies = samples
+        .into_iter()
+        .map(|sample| sample.ok_or_else(|| anyhow::anyhow!("a body lost its send time")))
+        .collect::<anyhow::Result<Vec<u64>>>()?;
+    latencies.sort_unstable();
+    let at = |quantile: f64| {
+        let index = ((quantile * latencies.len() as f64).ceil() as usize).saturating_sub(1);
+        Duration::from_nanos(latencies.get(index).copied().unwrap_or_default())
+    };
+    Ok(Latency {
+        p50: at(0.50),
+        p99: at(0.99),
+    })
+}
+
+fn nanos_since(base: Instant) -> u64 {
+    u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,106 @@
+//! `polyq bench acemq` and `polyq bench babel` on the embedded broker, run as the built binary
+//! with tiny counts: the output has every figure, and every figure is a number. No timing is
+//! asserted.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_polyq"))
+        .arg("bench")
+        .args(args)
+        .env_remove("POLYQ_PYTHON")
+        .output()
+        .expect("polyq runs");
+    assert!(
+        output.status.success(),
+        "polyq bench {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 stdout")
+}
+
+/// The number right after `label` on the line starting with `prefix`.
+fn figure(output: &str, prefix: &str, label: &str) -> f64 {
+    let line = output
+        .lines()
+        .find(|line| line.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting {prefix:?} in:\n{output}"));
+    let rest = line
+        .split_once(label)
+        .unwrap_or_else(|| panic!("no {label:?} in {line:?}"))
+        .1;
+    let number = rest
+        .split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("nothing after {label:?} in {line:?}"));
+    number
+        .trim_end_matches(',')
+        .parse()
+        .unwrap_or_else(|e| panic!("{number:?} in {line:?} is not a number: {e}"))
+}
+
+#[test]
+fn bench_acemq_on_memory_prints_the_acemq_figures() {
+    let output = bench(&[
+        "acemq",
+        "--url",
+        "memory://bench-cli-acemq",
+        "--messages",
+        "300",
+        "--slice",
+        "100",
+        "--latency-messages",
+        "50",
+    ]);
+    assert!(figure(&output, "confirmed publish:", "acemq") > 0.0);
+    assert!(figure(&output, "end to end:", "acemq") > 0.0);
+    let p50 = figure(&output, "acemq publish-to-handler latency", "p50");
+    let p99 = figure(&output, "acemq publish-to-handler latency", "p99");
+    assert!(p99 >= p50, "p99 {p99} below p50 {p50}");
+    assert!(
+        !output.contains("ratio:"),
+        "no raw side on memory://, so no ratio:\n{output}"
+    );
+}
+
+#[test]
+fn bench_babel_on_memory_prints_rates_and_the_acemq_ratio() {
+    let output = bench(&[
+        "babel",
+        "--url",
+        "memory://bench-cli-babel",
+        "--messages",
+        "200",
+        "--compare-acemq",
+    ]);
+    for prefix in [
+        "publish:",
+        "consume:",
+        "publish then consume:",
+        "end-to-end:",
+    ] {
+        assert!(figure(&output, prefix, ":") > 0.0, "{prefix} in:\n{output}");
+    }
+    assert!(figure(&output, "acemq end-to-end:", ":") > 0.0);
+    assert!(figure(&output, "ratio vs acemq:", ":") > 0.0);
+}
+
+#[test]
+fn bench_babel_refuses_an_acemq_comparison_on_redis() {
+    let output = Command::new(env!("CARGO_BIN_EXE_polyq"))
+        .args([
+            "bench",
+            "babel",
+            "--url",
+            "redis://127.0.0.1:1/0",
+            "--compare-acemq",
+        ])
+        .output()
+        .expect("polyq runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--compare-acemq needs an AMQP broker"),
+        "{stderr}"
+    );
+}
