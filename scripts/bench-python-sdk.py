@@ -22,12 +22,18 @@ PAYLOAD = {"order_id": 1042, "amount": 99.9, "currency": "EUR", "note": "caf√© ‚
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="broker URL (redis://...?laravel=1 for Laravel's layout)")
+    parser.add_argument("--url", required=True, help="broker URL")
+    parser.add_argument("--laravel", action="store_true", help="Redis in Laravel's key layout")
     parser.add_argument("--queue", required=True)
     parser.add_argument("--messages", type=int, default=2000)
     args = parser.parse_args()
 
-    app = BabelQueue(args.url, queue=args.queue)
+    if args.laravel:
+        from babelqueue.redis_transport import RedisTransport
+
+        app = BabelQueue(transport=RedisTransport(args.url, laravel_compat=True), queue=args.queue)
+    else:
+        app = BabelQueue(args.url, queue=args.queue)
     handled = 0
 
     def handler(data, meta):

@@ -234,15 +234,15 @@ async fn run_python(
     queue: &BabelQueue,
     args: &BabelArgs,
 ) -> anyhow::Result<PythonFigures> {
-    let mut url = args.url.clone();
-    if args.layout == Layout::Laravel && url.to_ascii_lowercase().starts_with("redis") {
-        url.push_str(if url.contains('?') { "&" } else { "?" });
-        url.push_str("laravel=1");
-    }
-    let output = tokio::process::Command::new(python)
+    let mut command = tokio::process::Command::new(python);
+    command
         .arg(PYTHON_SCRIPT)
-        .args(["--url", &url, "--queue", queue.queue()])
-        .args(["--messages", &args.python_messages.to_string()])
+        .args(["--url", &args.url, "--queue", queue.queue()])
+        .args(["--messages", &args.python_messages.to_string()]);
+    if args.layout == Layout::Laravel && args.url.to_ascii_lowercase().starts_with("redis") {
+        command.arg("--laravel");
+    }
+    let output = command
         .output()
         .await
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", python.display()))?;
