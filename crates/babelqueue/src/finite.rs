@@ -145,48 +145,34 @@ impl Serializer for Check {
     }
 }
 
-impl ser::SerializeSeq for Check {
-    type Ok = ();
-    type Error = NonFinite;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NonFinite> {
-        v.serialize(Check)
-    }
-    fn end(self) -> Result<(), NonFinite> {
-        Ok(())
-    }
+/// A compound serialiser that only walks its elements with [`Check`]; the arguments in
+/// parentheses are the ones before the element, which carry no number.
+macro_rules! check_elements {
+    ($($compound:ident::$method:ident($($before:ty),*);)*) => {$(
+        impl ser::$compound for Check {
+            type Ok = ();
+            type Error = NonFinite;
+            fn $method<T: Serialize + ?Sized>(
+                &mut self,
+                $(_: $before,)*
+                v: &T,
+            ) -> Result<(), NonFinite> {
+                v.serialize(Check)
+            }
+            fn end(self) -> Result<(), NonFinite> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for Check {
-    type Ok = ();
-    type Error = NonFinite;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NonFinite> {
-        v.serialize(Check)
-    }
-    fn end(self) -> Result<(), NonFinite> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleStruct for Check {
-    type Ok = ();
-    type Error = NonFinite;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NonFinite> {
-        v.serialize(Check)
-    }
-    fn end(self) -> Result<(), NonFinite> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for Check {
-    type Ok = ();
-    type Error = NonFinite;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NonFinite> {
-        v.serialize(Check)
-    }
-    fn end(self) -> Result<(), NonFinite> {
-        Ok(())
-    }
+check_elements! {
+    SerializeSeq::serialize_element();
+    SerializeTuple::serialize_element();
+    SerializeTupleStruct::serialize_field();
+    SerializeTupleVariant::serialize_field();
+    SerializeStruct::serialize_field(&'static str);
+    SerializeStructVariant::serialize_field(&'static str);
 }
 
 impl ser::SerializeMap for Check {
@@ -196,36 +182,6 @@ impl ser::SerializeMap for Check {
         k.serialize(Check)
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NonFinite> {
-        v.serialize(Check)
-    }
-    fn end(self) -> Result<(), NonFinite> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStruct for Check {
-    type Ok = ();
-    type Error = NonFinite;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), NonFinite> {
-        v.serialize(Check)
-    }
-    fn end(self) -> Result<(), NonFinite> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStructVariant for Check {
-    type Ok = ();
-    type Error = NonFinite;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), NonFinite> {
         v.serialize(Check)
     }
     fn end(self) -> Result<(), NonFinite> {

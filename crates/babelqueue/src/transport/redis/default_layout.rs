@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
-use super::{RedisOptions, deadline_score, scripts};
+use super::{RedisOptions, deadline_score, reserve_within, scripts};
 use crate::projection::{frame, unframe};
 use crate::transport::{Capabilities, Headers, Reserved, Transport};
 
@@ -177,6 +177,27 @@ impl RedisTransport {
         Ok(first)
     }
 
+    /// Blocks for at most `slice` until `queue` holds something.
+    async fn wait_for_work(&self, queue: &str, slice: Duration) -> crate::Result<()> {
+        // Moving the tail of the queue to its own tail changes nothing, but blocks until the
+        // queue holds something: the reserve itself stays in the script above, atomic with
+        // its deadline member. Dropping this wait midway is harmless for the same reason.
+        let _tail: redis::Value = self
+            .inner
+            .connection
+            .block(
+                redis::cmd("BLMOVE")
+                    .arg(queue)
+                    .arg(queue)
+                    .arg("RIGHT")
+                    .arg("RIGHT")
+                    .arg(block_seconds(slice)),
+                || format!("wait for work on {queue:?}"),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// The next held message of `queue` that is still well within its deadline; the ones held
     /// too long go back to the end of the queue instead.
     async fn take_held(&self, queue: &str) -> Option<Reserved<RedisReceipt>> {
@@ -323,33 +344,13 @@ impl Transport for RedisTransport {
         queue: &str,
         wait: Duration,
     ) -> crate::Result<Option<Reserved<RedisReceipt>>> {
-        let started = Instant::now();
-        loop {
-            if let Some(reserved) = self.try_reserve(queue).await? {
-                return Ok(Some(reserved));
-            }
-            let left = wait.saturating_sub(started.elapsed());
-            if left < Duration::from_millis(1) {
-                return Ok(None);
-            }
-            // Moving the tail of the queue to its own tail changes nothing, but blocks until the
-            // queue holds something: the reserve itself stays in the script above, atomic with
-            // its deadline member. Dropping this wait midway is harmless for the same reason.
-            let slice = left.min(self.inner.options.block_slice);
-            let _tail: redis::Value = self
-                .inner
-                .connection
-                .block(
-                    redis::cmd("BLMOVE")
-                        .arg(queue)
-                        .arg(queue)
-                        .arg("RIGHT")
-                        .arg("RIGHT")
-                        .arg(block_seconds(slice)),
-                    || format!("wait for work on {queue:?}"),
-                )
-                .await?;
-        }
+        reserve_within(
+            wait,
+            self.inner.options.block_slice,
+            || self.try_reserve(queue),
+            |slice| self.wait_for_work(queue, slice),
+        )
+        .await
     }
 
     async fn ack(&self, receipt: &RedisReceipt) -> crate::Result<()> {

@@ -2,12 +2,12 @@
 //! `laravel_compat=True` use it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
-use super::{RedisOptions, deadline_score, scripts, whole_seconds_up};
+use super::{RedisOptions, deadline_score, reserve_within, scripts, whole_seconds_up};
 use crate::transport::{Capabilities, Reserved, Transport};
 
 /// Laravel's Redis queue layout, keys under a prefix (default `queues:`):
@@ -163,6 +163,23 @@ impl LaravelTransport {
         }))
     }
 
+    /// Blocks for at most `slice` until a job is made ready on `queue`.
+    async fn wait_for_work(&self, queue: &str, slice: Duration) -> crate::Result<()> {
+        // Laravel's wait: a token on the notify list says a job was made ready. The slice
+        // bounds the wait so that due delayed jobs and lapsed reservations, which carry no
+        // token until migrated, are picked up.
+        let notify = format!("{}:notify", self.key(queue));
+        let _token: redis::Value = self
+            .inner
+            .connection
+            .block(
+                redis::cmd("BLPOP").arg(&notify).arg(block_seconds(slice)),
+                || format!("wait for work on {notify:?}"),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Moves a reservation to `queue`'s `:delayed` set as `body`, due `delay` from now.
     async fn hand_back(
         &self,
@@ -232,29 +249,13 @@ impl Transport for LaravelTransport {
         queue: &str,
         wait: Duration,
     ) -> crate::Result<Option<Reserved<LaravelReceipt>>> {
-        let started = Instant::now();
-        loop {
-            if let Some(reserved) = self.try_reserve(queue).await? {
-                return Ok(Some(reserved));
-            }
-            let left = wait.saturating_sub(started.elapsed());
-            if left < Duration::from_millis(1) {
-                return Ok(None);
-            }
-            // Laravel's wait: a token on the notify list says a job was made ready. The slice
-            // bounds the wait so that due delayed jobs and lapsed reservations, which carry no
-            // token until migrated, are picked up.
-            let slice = left.min(self.inner.options.block_slice);
-            let notify = format!("{}:notify", self.key(queue));
-            let _token: redis::Value = self
-                .inner
-                .connection
-                .block(
-                    redis::cmd("BLPOP").arg(&notify).arg(block_seconds(slice)),
-                    || format!("wait for work on {notify:?}"),
-                )
-                .await?;
-        }
+        reserve_within(
+            wait,
+            self.inner.options.block_slice,
+            || self.try_reserve(queue),
+            |slice| self.wait_for_work(queue, slice),
+        )
+        .await
     }
 
     async fn ack(&self, receipt: &LaravelReceipt) -> crate::Result<()> {

@@ -18,7 +18,7 @@ mod laravel;
 mod scripts;
 
 use std::num::NonZeroUsize;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use crate::error::RedisErrorKind;
 pub use default_layout::{RedisReceipt, RedisTransport};
@@ -215,6 +215,31 @@ fn deadline_score(now: i64, after: Option<Duration>) -> String {
 fn whole_seconds_up(duration: Duration) -> i64 {
     let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
     i64::try_from(seconds).unwrap_or(i64::MAX)
+}
+
+/// Tries `try_reserve` until it yields a job or `wait` has passed, blocking on `wait_for_work` for
+/// at most `block_slice` between tries so that work arriving meanwhile is taken at once.
+async fn reserve_within<R, Try, Block>(
+    wait: Duration,
+    block_slice: Duration,
+    try_reserve: impl Fn() -> Try,
+    wait_for_work: impl Fn(Duration) -> Block,
+) -> crate::Result<Option<R>>
+where
+    Try: Future<Output = crate::Result<Option<R>>>,
+    Block: Future<Output = crate::Result<()>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(reserved) = try_reserve().await? {
+            return Ok(Some(reserved));
+        }
+        let left = wait.saturating_sub(started.elapsed());
+        if left < Duration::from_millis(1) {
+            return Ok(None);
+        }
+        wait_for_work(left.min(block_slice)).await?;
+    }
 }
 
 #[cfg(test)]
