@@ -6,6 +6,8 @@
 
 #![cfg(feature = "redis")]
 
+mod redis_support;
+
 use std::time::Duration;
 
 use babelqueue::transport::Transport;
@@ -15,6 +17,7 @@ use babelqueue::transport::redis::{
 use babelqueue::{DeadLetter, DeadLetterReason, MakeOptions};
 use bytes::Bytes;
 use redis::AsyncCommands;
+use redis_support::Keys;
 use serde_json::{Value, json};
 
 const UPPER_BOUND: Duration = Duration::from_secs(10);
@@ -120,29 +123,6 @@ async fn peer(command: &str, layout: &str, queue: &str, args: &[&str]) -> Value 
     }
 }
 
-/// Deletes every key of one test when dropped, also when the test fails.
-struct Keys {
-    url: String,
-    pattern: String,
-}
-
-impl Drop for Keys {
-    fn drop(&mut self) {
-        let Ok(mut connection) =
-            redis::Client::open(self.url.as_str()).and_then(|client| client.get_connection())
-        else {
-            return;
-        };
-        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-            .arg(&self.pattern)
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(keys).query(&mut connection);
-        }
-    }
-}
-
 struct Fixture {
     queue: String,
     raw: redis::aio::MultiplexedConnection,
@@ -152,11 +132,7 @@ struct Fixture {
 async fn fixture() -> Fixture {
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name("bq-interop-redis");
-    let raw = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let raw = redis_support::raw_connection(&url).await;
     Fixture {
         _keys: Keys {
             url,

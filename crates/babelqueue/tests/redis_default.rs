@@ -3,6 +3,8 @@
 
 #![cfg(feature = "redis")]
 
+mod redis_support;
+
 use std::time::Duration;
 
 use babelqueue::transport::redis::{RedisErrorKind, RedisOptions, RedisTransport};
@@ -10,32 +12,10 @@ use babelqueue::transport::{Reserved, Transport};
 use babelqueue::{Error, projection};
 use bytes::Bytes;
 use redis::AsyncCommands;
+use redis_support::Keys;
 
 const NO_WAIT: Duration = Duration::ZERO;
 const UPPER_BOUND: Duration = Duration::from_secs(10);
-
-/// Deletes every key of one test when dropped, also when the test fails.
-struct Keys {
-    url: String,
-    pattern: String,
-}
-
-impl Drop for Keys {
-    fn drop(&mut self) {
-        let Ok(mut connection) =
-            redis::Client::open(self.url.as_str()).and_then(|client| client.get_connection())
-        else {
-            return;
-        };
-        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-            .arg(&self.pattern)
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(keys).query(&mut connection);
-        }
-    }
-}
 
 struct Fixture {
     queue: String,
@@ -52,11 +32,7 @@ async fn fixture(options: RedisOptions) -> Fixture {
         pattern: format!("{queue}*"),
     };
     let transport = RedisTransport::connect(&url, options).await.unwrap();
-    let raw = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let raw = redis_support::raw_connection(&url).await;
     Fixture {
         queue,
         transport,
