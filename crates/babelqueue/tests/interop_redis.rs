@@ -699,33 +699,28 @@ mod runtime {
         assert_eq!(seen[0]["envelope"]["attempts"], 1);
     }
 
-    #[tokio::test]
-    async fn default_rust_worker_dead_letters_and_python_redrives() {
-        rust_worker_dead_letters_and_python_redrives(RedisLayout::Default).await;
+    /// Declares `#[tokio::test]`s `default` and `laravel` in a module named after the scenario.
+    macro_rules! on_both_layouts {
+        ($($scenario:ident),* $(,)?) => {$(
+            mod $scenario {
+                use babelqueue::transport::RedisLayout;
+
+                #[tokio::test]
+                async fn default() {
+                    super::$scenario(RedisLayout::Default).await;
+                }
+
+                #[tokio::test]
+                async fn laravel() {
+                    super::$scenario(RedisLayout::Laravel).await;
+                }
+            }
+        )*};
     }
 
-    #[tokio::test]
-    async fn laravel_rust_worker_dead_letters_and_python_redrives() {
-        rust_worker_dead_letters_and_python_redrives(RedisLayout::Laravel).await;
-    }
-
-    #[tokio::test]
-    async fn default_python_dead_letters_and_rust_redrives() {
-        python_dead_letters_and_rust_redrives(RedisLayout::Default).await;
-    }
-
-    #[tokio::test]
-    async fn laravel_python_dead_letters_and_rust_redrives() {
-        python_dead_letters_and_rust_redrives(RedisLayout::Laravel).await;
-    }
-
-    #[tokio::test]
-    async fn default_unknown_keys_survive_a_rust_worker_retry() {
-        unknown_keys_survive_a_rust_worker_retry(RedisLayout::Default).await;
-    }
-
-    #[tokio::test]
-    async fn laravel_unknown_keys_survive_a_rust_worker_retry() {
-        unknown_keys_survive_a_rust_worker_retry(RedisLayout::Laravel).await;
-    }
+    on_both_layouts!(
+        rust_worker_dead_letters_and_python_redrives,
+        python_dead_letters_and_rust_redrives,
+        unknown_keys_survive_a_rust_worker_retry,
+    );
 }
