@@ -20,7 +20,7 @@ use crate::connection::AceMq;
 use crate::interceptor::PublishContext;
 use crate::runtime_error::RuntimeError;
 use crate::telemetry::{self, PublishMetrics, PublishResult};
-use crate::{Envelope, provenance, wire};
+use crate::{Envelope, headers, provenance, wire};
 
 /// How long a publish waits for its confirm by default.
 pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -69,9 +69,10 @@ struct Inner<E> {
     metrics: PublishMetrics,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Options {
     mandatory: bool,
+    reply_to: Option<Arc<str>>,
     persistent: bool,
     expiration: Option<Duration>,
     priority: Option<u8>,
@@ -82,7 +83,7 @@ impl<T: ?Sized, E> Clone for Publisher<T, E> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
-            options: self.options,
+            options: self.options.clone(),
             payload: PhantomData,
         }
     }
@@ -112,6 +113,7 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
             }),
             options: Options {
                 mandatory: true,
+                reply_to: None,
                 persistent: true,
                 expiration: None,
                 priority: None,
@@ -140,6 +142,14 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
     /// (publishes without `mandatory`). Default: unroutable is an error.
     pub fn allow_unroutable(mut self) -> Self {
         self.options.mandatory = false;
+        self
+    }
+
+    /// Asks for answers in `queue`: every message carries it both as the AMQP `reply-to`
+    /// property and as the `acemq-reply-to` header, as requesters of every port write it.
+    /// Default: no reply address.
+    pub fn with_reply_to(mut self, queue: impl Into<String>) -> Self {
+        self.options.reply_to = Some(Arc::from(queue.into()));
         self
     }
 
@@ -289,6 +299,14 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
                 .build()
                 .map_err(|e| failed(e.into()))?,
         };
+        let envelope = match &self.options.reply_to {
+            Some(queue) => envelope
+                .to_builder()
+                .header(headers::REPLY_TO, &**queue)
+                .build()
+                .map_err(|e| failed(e.into()))?,
+            None => envelope,
+        };
         let envelope = self.intercept(envelope).map_err(&failed)?;
         let body = inner.codec.encode(payload).map_err(|e| {
             failed(RuntimeError::Encode {
@@ -306,6 +324,7 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
                 .options
                 .expiration
                 .map(|ttl| ttl.as_millis().to_string()),
+            reply_to: self.options.reply_to.as_deref().map(str::to_owned),
             ..Properties::default()
         };
         envelope.write_properties(&mut properties);

@@ -6,9 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use acemq::interceptor::{BoxError, PublishContext, PublishInterceptor};
 use acemq::patterns::PatternError;
 use acemq::patterns::request_reply::{Requester, respond};
-use acemq::{Envelope, Message};
+use acemq::{AceMq, Envelope, Message};
 use common::{Env, LIMIT};
 use polyq_amqp::{FieldValue, OutgoingMessage, Properties};
 
@@ -171,3 +172,91 @@ async fn a_failing_responder_answers_once_and_rejects(env: &'static Env) {
     requester.close().await.unwrap();
 }
 both!(a_failing_responder_answers_once_and_rejects);
+
+/// A request from a plain AMQP client, addressed only by the AMQP `reply-to` property.
+async fn the_amqp_reply_to_property_is_answered(env: &'static Env) {
+    let queue = env.queue("rr.property").await;
+    let replies = env.queue("rr.property.replies").await;
+    let responder = respond(
+        &env.mq,
+        env.mq.consumer::<u32>(queue.as_str()),
+        |m: Message<u32>| async move {
+            assert!(
+                m.envelope().headers().get("acemq-reply-to").is_none(),
+                "the request carries no reply header"
+            );
+            Ok::<_, std::convert::Infallible>(m.payload() + 1)
+        },
+    )
+    .await
+    .unwrap();
+    let properties = Properties {
+        content_type: Some("application/json".to_owned()),
+        reply_to: Some(replies.clone()),
+        ..Properties::default()
+    };
+    env.client()
+        .publish(OutgoingMessage::new(
+            "",
+            queue.as_str(),
+            properties,
+            &b"41"[..],
+        ))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let reply = env.next_in(&replies).await;
+    assert_eq!(&reply.body[..], b"42");
+    assert_eq!(reply.routing_key, replies);
+    assert_eq!((responder.answered(), responder.unanswerable()), (1, 0));
+    assert!(responder.drain(LIMIT).await.is_clean());
+}
+both!(the_amqp_reply_to_property_is_answered);
+
+/// Stamps every publish of its connection with an application header.
+struct Stamp;
+
+impl PublishInterceptor for Stamp {
+    fn before_publish(&self, publish: &mut PublishContext<'_>) -> Result<(), BoxError> {
+        let stamped = publish
+            .envelope()
+            .to_builder()
+            .header("x-stamp", publish.routing_key().to_owned())
+            .build()?;
+        publish.set_envelope(stamped);
+        Ok(())
+    }
+}
+
+/// Requests go out through a publisher: the connection's publish interceptors see them.
+async fn requests_pass_publish_interceptors(env: &'static Env) {
+    let queue = env.queue("rr.intercepted").await;
+    let responder = respond(
+        &env.mq,
+        env.mq.consumer::<u32>(queue.as_str()),
+        |m: Message<u32>| async move {
+            let stamp = m.envelope().headers().get("x-stamp").cloned();
+            Ok::<_, std::convert::Infallible>(stamp.map(|s| format!("{s:?}")))
+        },
+    )
+    .await
+    .unwrap();
+    let stamping = AceMq::builder()
+        .url(env.url.as_str())
+        .publish_interceptor(Stamp)
+        .connect()
+        .await
+        .unwrap();
+    let requester = Requester::start(&stamping).await.unwrap();
+    let stamp: Option<String> = requester.request("", &queue, &1u32).await.unwrap();
+    assert_eq!(
+        stamp,
+        Some(format!("{:?}", FieldValue::from(queue.as_str())))
+    );
+    assert_eq!(responder.answered(), 1);
+    assert!(responder.drain(LIMIT).await.is_clean());
+    requester.close().await.unwrap();
+    stamping.close().await.unwrap();
+}
+both!(requests_pass_publish_interceptors);

@@ -144,6 +144,7 @@ impl<T: Send + 'static> Worker<T> {
         let envelope = Envelope::from_properties(&properties, &routing_key);
         let metrics = &self.engine.metrics;
         metrics.started(envelope.attempt());
+        let reply_to = properties.reply_to.clone();
         let held = Held {
             properties,
             body,
@@ -172,6 +173,7 @@ impl<T: Send + 'static> Worker<T> {
             exchange,
             routing_key,
             redelivered,
+            reply_to,
         };
         let run = self
             .run_handler(message, &envelope)

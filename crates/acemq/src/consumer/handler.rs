@@ -15,6 +15,7 @@ pub struct Message<T> {
     pub(crate) exchange: String,
     pub(crate) routing_key: String,
     pub(crate) redelivered: bool,
+    pub(crate) reply_to: Option<String>,
 }
 
 impl<T> Message<T> {
@@ -41,6 +42,12 @@ impl<T> Message<T> {
     /// The exchange it was published to (`""` for the default exchange, which retries use).
     pub fn exchange(&self) -> &str {
         &self.exchange
+    }
+
+    /// The AMQP `reply-to` property. AceMQ requesters also write the address as the
+    /// `acemq-reply-to` header ([`Envelope::headers`]), which responders read first.
+    pub fn reply_to(&self) -> Option<&str> {
+        self.reply_to.as_deref()
     }
 
     /// The routing key it was published with.

@@ -44,16 +44,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use polyq_amqp::{
-    ConsumeOptions, FieldValue, OutgoingMessage, Properties, PublishOutcome, QueueSpec,
-};
+use polyq_amqp::{ConsumeOptions, FieldValue, Properties, QueueSpec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::PatternError;
-use crate::codec::{Decode as _, Encode as _, Json};
+use crate::codec::{Decode as _, Json};
 use crate::consumer::{Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome};
 use crate::topology::{QUEUE_TYPE_ARGUMENT, QueueType};
 use crate::{AceMq, Envelope, RuntimeError, headers, lenient, wire};
@@ -63,9 +61,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long an unused reply queue lives on the broker (`x-expires`), in milliseconds.
 pub const REPLY_QUEUE_EXPIRES_MS: i64 = 600_000;
-
-/// How long a request waits for its publish confirm.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A reply as it arrived.
 struct Reply {
@@ -211,22 +206,8 @@ impl Requester {
         let correlation_id = uuid::Uuid::new_v4().to_string();
         let envelope = Envelope::of(wire::type_for(routing_key))
             .correlation_id(correlation_id.as_str())
-            .origin(self.mq.origin())
-            .header(headers::REPLY_TO, self.reply_queue.as_str())
             .build()
             .map_err(RuntimeError::from)?;
-        let body = Json.encode(request).map_err(|e| RuntimeError::Encode {
-            exchange: exchange.to_owned(),
-            routing_key: routing_key.to_owned(),
-            reason: e.to_string(),
-        })?;
-        let mut properties = Properties {
-            content_type: Some(crate::codec::JSON_CONTENT_TYPE.to_owned()),
-            delivery_mode: Some(2),
-            reply_to: Some(self.reply_queue.clone()),
-            ..Properties::default()
-        };
-        envelope.write_properties(&mut properties);
 
         let (tx, rx) = oneshot::channel();
         self.waiting
@@ -239,7 +220,14 @@ impl Requester {
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&correlation_id);
         };
-        if let Err(e) = self.publish(exchange, routing_key, properties, body).await {
+        // Through a publisher, so publish interceptors and publish metrics see requests too.
+        let sent = self
+            .mq
+            .publisher::<Q>(exchange, routing_key)
+            .with_reply_to(self.reply_queue.as_str())
+            .send_with(request, envelope)
+            .await;
+        if let Err(e) = sent {
             forget();
             return Err(e.into());
         }
@@ -267,46 +255,6 @@ impl Requester {
             correlation_id,
             reason: e.to_string(),
         })
-    }
-
-    /// Publishes one request, mandatory, and waits for the confirm.
-    async fn publish(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        properties: Properties,
-        body: Bytes,
-    ) -> Result<(), RuntimeError> {
-        // Counted against the connection's bound on unconfirmed publishes, like a publisher's.
-        let _slot = self.mq.shared.outstanding.acquire().await;
-        let confirm = self
-            .mq
-            .client()
-            .publish(OutgoingMessage::new(
-                exchange,
-                routing_key,
-                properties,
-                body,
-            ))
-            .await?;
-        match tokio::time::timeout(CONFIRM_TIMEOUT, confirm).await {
-            Ok(Ok(PublishOutcome::Acked)) => Ok(()),
-            Ok(Ok(PublishOutcome::Returned(returned))) => Err(RuntimeError::Unroutable {
-                exchange: exchange.to_owned(),
-                routing_key: routing_key.to_owned(),
-                reply_text: returned.reply_text,
-            }),
-            Ok(Ok(PublishOutcome::Nacked)) => Err(RuntimeError::Nacked {
-                exchange: exchange.to_owned(),
-                routing_key: routing_key.to_owned(),
-            }),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(RuntimeError::ConfirmTimeout {
-                exchange: exchange.to_owned(),
-                routing_key: routing_key.to_owned(),
-                timeout: CONFIRM_TIMEOUT,
-            }),
-        }
     }
 
     /// Stops listening and deletes the reply queue; calls still waiting fail with
@@ -373,7 +321,8 @@ impl Responder {
 /// consumer's options (prefetch, concurrency, ...) are the responder's; its retry policy only
 /// applies to replies that could not be published (a handler failure is never retried).
 ///
-/// The reply address is read from the `acemq-reply-to` header.
+/// The reply address is read from the `acemq-reply-to` header, then from the AMQP `reply-to`
+/// property.
 pub async fn respond<Q, R, E, F, Fut>(
     mq: &AceMq,
     consumer: ConsumerBuilder<Q>,
@@ -415,7 +364,10 @@ where
     F: Fn(Message<Q>) -> Fut,
     Fut: Future<Output = Result<R, E>>,
 {
-    let Some(reply_to) = lenient::text(message.envelope().headers().get(headers::REPLY_TO)) else {
+    // Ports that write only the AMQP property (or a plain AMQP client) are answered too.
+    let reply_to = lenient::text(message.envelope().headers().get(headers::REPLY_TO))
+        .or_else(|| message.reply_to().map(str::to_owned));
+    let Some(reply_to) = reply_to else {
         counts.unanswerable.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(queue = %message.queue(), id = %message.envelope().id(), "request without a reply address acknowledged unanswered");
         return Outcome::Accept;
