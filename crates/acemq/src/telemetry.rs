@@ -37,6 +37,15 @@ pub const MESSAGES_SET_ASIDE_FAILED: &str = "acemq.messages.set.aside.failed";
 /// Broker waits that found no rung queue and fell back to a consumer wait, by `queue` and
 /// `rung`.
 pub const RETRY_RUNG_MISSING: &str = "acemq.retry.rung.missing";
+/// Time from sending a request to its reply or its timeout, by outcome.
+pub const REQUEST_DURATION: &str = "acemq.request.duration";
+/// Requests, by outcome `answered` (a reply came, an error reply too) or `timed_out`.
+pub const REQUEST_TOTAL: &str = "acemq.request.total";
+/// Handling time of the step that ended a pipeline run, by `pipeline`, `step` and outcome.
+pub const PIPELINE_RUN_DURATION: &str = "acemq.pipeline.run.duration";
+/// Pipeline runs that ended, by `pipeline`, `step` (where it ended) and outcome `completed`
+/// or `ended_early`.
+pub const PIPELINE_RUN_TOTAL: &str = "acemq.pipeline.run.total";
 
 /// How a publish ended, as the `outcome` tag and span attribute say it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,37 +65,135 @@ impl PublishResult {
     }
 }
 
-/// One publisher's meters.
-pub(crate) struct PublishMetrics {
-    totals: [Counter; 3],
-    durations: [Histogram; 3],
+/// A total and a duration per outcome, registered up front so recording only increments.
+struct OutcomeMeters<const N: usize> {
+    totals: [Counter; N],
+    durations: [Histogram; N],
 }
 
-impl PublishMetrics {
-    pub(crate) fn new(exchange: &str, routing_key: &str, transport: &'static str) -> Self {
-        let outcomes = [
-            PublishResult::Confirmed,
-            PublishResult::Unroutable,
-            PublishResult::Failed,
-        ];
-        let labels = |outcome: PublishResult| {
-            [
-                ("exchange", exchange.to_owned()),
-                ("routing.key", routing_key.to_owned()),
-                ("transport", transport.to_owned()),
-                ("outcome", outcome.as_str().to_owned()),
-            ]
+impl<const N: usize> OutcomeMeters<N> {
+    fn new(
+        total: &'static str,
+        duration: &'static str,
+        tags: &[(&'static str, String)],
+        outcomes: [&'static str; N],
+    ) -> Self {
+        let labels = |outcome: &'static str| {
+            let mut labels = tags.to_vec();
+            labels.push(("outcome", outcome.to_owned()));
+            labels
         };
         Self {
-            totals: outcomes.map(|o| counter!(PUBLISH_TOTAL, &labels(o))),
-            durations: outcomes.map(|o| histogram!(PUBLISH_DURATION, &labels(o))),
+            totals: outcomes.map(|o| counter!(total, &labels(o))),
+            durations: outcomes.map(|o| histogram!(duration, &labels(o))),
         }
     }
 
+    /// Records one ending with the outcome at `index` (the order given to `new`).
+    fn record(&self, index: usize, seconds: f64) {
+        if let (Some(total), Some(duration)) = (self.totals.get(index), self.durations.get(index)) {
+            total.increment(1);
+            duration.record(seconds);
+        }
+    }
+}
+
+/// One publisher's meters.
+pub(crate) struct PublishMetrics(OutcomeMeters<3>);
+
+impl PublishMetrics {
+    pub(crate) fn new(exchange: &str, routing_key: &str, transport: &'static str) -> Self {
+        Self(OutcomeMeters::new(
+            PUBLISH_TOTAL,
+            PUBLISH_DURATION,
+            &[
+                ("exchange", exchange.to_owned()),
+                ("routing.key", routing_key.to_owned()),
+                ("transport", transport.to_owned()),
+            ],
+            [
+                PublishResult::Confirmed,
+                PublishResult::Unroutable,
+                PublishResult::Failed,
+            ]
+            .map(PublishResult::as_str),
+        ))
+    }
+
     pub(crate) fn record(&self, result: PublishResult, seconds: f64) {
-        let index = result as usize;
-        self.totals[index].increment(1);
-        self.durations[index].record(seconds);
+        self.0.record(result as usize, seconds);
+    }
+}
+
+/// How a request ended, as the `outcome` tag says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RequestResult {
+    Answered,
+    TimedOut,
+}
+
+impl RequestResult {
+    fn as_str(self) -> &'static str {
+        match self {
+            RequestResult::Answered => "answered",
+            RequestResult::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// One requester's meters.
+pub(crate) struct RequestMetrics(OutcomeMeters<2>);
+
+impl RequestMetrics {
+    pub(crate) fn new(transport: &'static str) -> Self {
+        Self(OutcomeMeters::new(
+            REQUEST_TOTAL,
+            REQUEST_DURATION,
+            &[("transport", transport.to_owned())],
+            [RequestResult::Answered, RequestResult::TimedOut].map(RequestResult::as_str),
+        ))
+    }
+
+    pub(crate) fn record(&self, result: RequestResult, seconds: f64) {
+        self.0.record(result as usize, seconds);
+    }
+}
+
+/// How a pipeline run ended, as the `outcome` tag says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunResult {
+    Completed,
+    EndedEarly,
+}
+
+impl RunResult {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunResult::Completed => "completed",
+            RunResult::EndedEarly => "ended_early",
+        }
+    }
+}
+
+/// The run meters of one pipeline step.
+pub(crate) struct PipelineRunMetrics(OutcomeMeters<2>);
+
+impl PipelineRunMetrics {
+    pub(crate) fn new(pipeline: &str, step: &str, transport: &'static str) -> Self {
+        Self(OutcomeMeters::new(
+            PIPELINE_RUN_TOTAL,
+            PIPELINE_RUN_DURATION,
+            &[
+                ("pipeline", pipeline.to_owned()),
+                ("step", step.to_owned()),
+                ("transport", transport.to_owned()),
+            ],
+            [RunResult::Completed, RunResult::EndedEarly].map(RunResult::as_str),
+        ))
+    }
+
+    pub(crate) fn record(&self, result: RunResult, seconds: f64) {
+        self.0.record(result as usize, seconds);
     }
 }
 

@@ -7,11 +7,15 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use acemq::patterns::PatternError;
+use acemq::patterns::pipeline::Pipeline;
+use acemq::patterns::request_reply::{Requester, respond};
 use acemq::retry::RetryPolicy;
 use acemq::{Message, Outcome};
 use common::{Env, LIMIT};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use polyq_amqp::QueueSpec;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 /// A metric name and its tags.
@@ -39,12 +43,18 @@ fn counters() -> &'static Counters {
     })
 }
 
-/// The counter `name` whose tags include all of `tags`, summed.
+/// The counter `name` (for a histogram: its number of samples) whose tags include all of
+/// `tags`, summed.
 fn counter(name: &str, tags: &[(&str, &str)]) -> u64 {
     let counters = counters();
     let mut totals = counters.totals.lock().unwrap();
     for (key, _, _, value) in counters.snapshotter.snapshot().into_vec() {
-        if let DebugValue::Counter(n) = value {
+        let n = match value {
+            DebugValue::Counter(n) => n,
+            DebugValue::Histogram(samples) => samples.len() as u64,
+            DebugValue::Gauge(_) => continue,
+        };
+        {
             let key = key.key();
             let labels = key
                 .labels()
@@ -265,3 +275,149 @@ async fn a_failed_set_aside_gives_the_delivery_back(env: &'static Env) {
     );
 }
 both!(a_failed_set_aside_gives_the_delivery_back);
+
+/// The `transport` tag of `env`'s connection.
+fn transport(env: &Env) -> &'static str {
+    if env.url.starts_with("memory:") {
+        "memory"
+    } else {
+        "rabbitmq"
+    }
+}
+
+async fn requests_are_counted_with_java_names(env: &'static Env) {
+    counters();
+    let transport = transport(env);
+    let queue = env.queue("metrics.rr").await;
+    let silent = env.queue("metrics.rr.silent").await;
+    let responder = respond(
+        &env.mq,
+        env.mq.consumer::<u32>(queue.as_str()),
+        |m: Message<u32>| async move { Ok::<_, std::convert::Infallible>(*m.payload()) },
+    )
+    .await
+    .unwrap();
+    let requester = Requester::start(&env.mq).await.unwrap();
+    assert_eq!(
+        requester.request::<u32, u32>("", &queue, &3).await.unwrap(),
+        3
+    );
+    let err = requester
+        .request_within::<u32, u32>("", &silent, &4, Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PatternError::Timeout { .. }), "{err}");
+
+    let tags = |outcome| [("transport", transport), ("outcome", outcome)];
+    assert_eq!(counter("acemq.request.total", &tags("answered")), 1);
+    assert_eq!(counter("acemq.request.total", &tags("timed_out")), 1);
+    assert_eq!(counter("acemq.request.duration", &tags("answered")), 1);
+    assert_eq!(counter("acemq.request.duration", &tags("timed_out")), 1);
+    // Requests go through a publisher: the publish meters see them.
+    for key in [&queue, &silent] {
+        assert_eq!(
+            counter(
+                "acemq.publish.total",
+                &[("routing.key", key.as_str()), ("outcome", "confirmed")]
+            ),
+            1,
+            "request to {key}"
+        );
+    }
+    assert!(responder.drain(LIMIT).await.is_clean());
+    requester.close().await.unwrap();
+}
+both!(requests_are_counted_with_java_names);
+
+async fn pipeline_runs_are_counted_with_java_names(env: &'static Env) {
+    counters();
+    let name = polyq_testkit::unique_name("acemq.metrics.pl");
+    let pipeline = Pipeline::new(&env.mq, &name, ["check", "store"]).unwrap();
+    for step in pipeline.steps() {
+        env.declare(QueueSpec::new(pipeline.queue_of(step))).await;
+    }
+    pipeline.declare().await.unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    // 0 ends the run at `check`; anything else goes through `store`, which completes it.
+    let check = pipeline
+        .step("check", |c| c, {
+            let tx = tx.clone();
+            move |m: Message<Value>| {
+                let tx = tx.clone();
+                async move {
+                    if m.payload() == &json!(0) {
+                        tx.send("ended early").unwrap();
+                        return Ok::<_, std::convert::Infallible>(None);
+                    }
+                    Ok(Some(m.into_payload()))
+                }
+            }
+        })
+        .await
+        .unwrap();
+    let store = pipeline
+        .step(
+            "store",
+            |c| c,
+            move |_: Message<Value>| {
+                let tx = tx.clone();
+                async move {
+                    tx.send("completed").unwrap();
+                    Ok::<_, std::convert::Infallible>(Some(json!("stored")))
+                }
+            },
+        )
+        .await
+        .unwrap();
+    pipeline.start(&json!(0)).await.unwrap();
+    pipeline.start(&json!(1)).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        seen.push(
+            tokio::time::timeout(LIMIT, rx.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, ["completed", "ended early"]);
+    // A drain waits for the handler tasks, which count the run after the handler returned.
+    assert!(check.drain(LIMIT).await.is_clean());
+    assert!(store.drain(LIMIT).await.is_clean());
+
+    let run = |step, outcome| {
+        [
+            ("pipeline", name.as_str()),
+            ("step", step),
+            ("outcome", outcome),
+        ]
+    };
+    assert_eq!(
+        counter("acemq.pipeline.run.total", &run("check", "ended_early")),
+        1
+    );
+    assert_eq!(
+        counter("acemq.pipeline.run.total", &run("store", "completed")),
+        1
+    );
+    assert_eq!(
+        counter("acemq.pipeline.run.total", &run("check", "completed")),
+        0
+    );
+    assert_eq!(
+        counter("acemq.pipeline.run.total", &run("store", "ended_early")),
+        0
+    );
+    assert_eq!(
+        counter("acemq.pipeline.run.duration", &run("check", "ended_early")),
+        1
+    );
+    assert_eq!(
+        counter("acemq.pipeline.run.duration", &run("store", "completed")),
+        1
+    );
+    assert_eq!((pipeline.completed(), pipeline.ended_early()), (1, 1));
+    env.client().delete_exchange(pipeline.name()).await.unwrap();
+}
+both!(pipeline_runs_are_counted_with_java_names);

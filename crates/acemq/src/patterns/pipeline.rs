@@ -44,6 +44,7 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use polyq_amqp::{Binding, ExchangeKind, ExchangeSpec, FieldTable, QueueSpec};
 use serde_json::Value;
@@ -51,6 +52,7 @@ use serde_json::Value;
 use super::PatternError;
 use crate::consumer::{Consumer, ConsumerBuilder, HandlerError, Message, Outcome};
 use crate::headers::SHARED_PREFIX;
+use crate::telemetry::{PipelineRunMetrics, RunResult};
 use crate::{AceMq, Envelope, RoutingSlip, RuntimeError};
 
 #[derive(Debug, Default)]
@@ -176,12 +178,19 @@ impl Pipeline {
             })?;
         let pipeline = self.clone();
         let handler = Arc::new(handler);
+        let metrics = Arc::new(PipelineRunMetrics::new(
+            &self.name,
+            step,
+            self.mq.shared.transport,
+        ));
         let builder = configure(self.mq.consumer::<Value>(self.queue_of(step)));
         Ok(builder
             .start(move |message: Message<Value>| {
                 let pipeline = pipeline.clone();
                 let handler = Arc::clone(&handler);
+                let metrics = Arc::clone(&metrics);
                 async move {
+                    let started = Instant::now();
                     // The message's own slip wins; one without a slip is placed here.
                     let slip = match message.envelope().route() {
                         Some(slip) => slip.clone(),
@@ -194,32 +203,39 @@ impl Pipeline {
                         },
                     };
                     let previous = message.envelope().clone();
-                    match handler(message).await {
-                        Ok(Some(next)) => pipeline.forward(&previous, slip.advance(), &next).await,
-                        Ok(None) => {
-                            let runs = &pipeline.runs;
-                            let counter = if slip.next().is_some() {
-                                &runs.ended_early
-                            } else {
-                                &runs.completed
-                            };
-                            counter.fetch_add(1, Ordering::Relaxed);
-                            Outcome::Accept
+                    let ended = match handler(message).await {
+                        Ok(Some(next)) => {
+                            let slip = slip.advance();
+                            if let Some(step) = slip.current().map(str::to_owned) {
+                                return pipeline.forward(&previous, step, slip, &next).await;
+                            }
+                            RunResult::Completed
                         }
-                        Err(e) => Outcome::Retry(e.into()),
-                    }
+                        Ok(None) if slip.next().is_some() => RunResult::EndedEarly,
+                        Ok(None) => RunResult::Completed,
+                        Err(e) => return Outcome::Retry(e.into()),
+                    };
+                    let runs = &pipeline.runs;
+                    let counter = match ended {
+                        RunResult::Completed => &runs.completed,
+                        RunResult::EndedEarly => &runs.ended_early,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    metrics.record(ended, started.elapsed().as_secs_f64());
+                    Outcome::Accept
                 }
             })
             .await?)
     }
 
-    /// Sends `payload` to the slip's current step, or counts the run completed when the slip
-    /// is finished.
-    async fn forward(&self, previous: &Envelope, slip: RoutingSlip, payload: &Value) -> Outcome {
-        let Some(step) = slip.current().map(str::to_owned) else {
-            self.runs.completed.fetch_add(1, Ordering::Relaxed);
-            return Outcome::Accept;
-        };
+    /// Sends `payload` on to `step`, the slip's current one.
+    async fn forward(
+        &self,
+        previous: &Envelope,
+        step: String,
+        slip: RoutingSlip,
+        payload: &Value,
+    ) -> Outcome {
         let envelope = previous
             .causing(step.as_str())
             .headers(application_headers(previous.headers()))

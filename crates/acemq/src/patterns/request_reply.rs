@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
@@ -53,6 +53,7 @@ use tokio::task::JoinHandle;
 use super::PatternError;
 use crate::codec::{Decode as _, Json};
 use crate::consumer::{Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome};
+use crate::telemetry::{RequestMetrics, RequestResult};
 use crate::topology::{QUEUE_TYPE_ARGUMENT, QueueType};
 use crate::{AceMq, Envelope, RuntimeError, headers, lenient, wire};
 
@@ -79,6 +80,7 @@ pub struct Requester {
     waiting: Waiting,
     late: Arc<AtomicU64>,
     timed_out: AtomicU64,
+    metrics: RequestMetrics,
     listener: JoinHandle<()>,
 }
 
@@ -147,6 +149,7 @@ impl Requester {
             waiting,
             late,
             timed_out: AtomicU64::new(0),
+            metrics: RequestMetrics::new(mq.shared.transport),
             listener,
         })
     }
@@ -220,6 +223,7 @@ impl Requester {
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&correlation_id);
         };
+        let started = Instant::now();
         // Through a publisher, so publish interceptors and publish metrics see requests too.
         let sent = self
             .mq
@@ -232,11 +236,17 @@ impl Requester {
             return Err(e.into());
         }
         let reply = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(reply)) => {
+                let seconds = started.elapsed().as_secs_f64();
+                self.metrics.record(RequestResult::Answered, seconds);
+                reply
+            }
             Ok(Err(_)) => return Err(PatternError::Closed { correlation_id }),
             Err(_) => {
                 forget();
                 self.timed_out.fetch_add(1, Ordering::Relaxed);
+                let seconds = started.elapsed().as_secs_f64();
+                self.metrics.record(RequestResult::TimedOut, seconds);
                 return Err(PatternError::Timeout {
                     correlation_id,
                     exchange: exchange.to_owned(),
