@@ -1,26 +1,15 @@
 //! `polyq acemq decode` and `polyq acemq encode`, run as the built binary.
 
-use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
+mod common;
+use common::{command, failure_stderr, with_input};
+
 fn polyq(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_polyq"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("polyq runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("input written");
-    child.wait_with_output().expect("polyq finishes")
+    with_input(command(args), stdin.as_bytes())
 }
 
 fn success(args: &[&str], stdin: &str) -> Value {
@@ -34,9 +23,7 @@ fn success(args: &[&str], stdin: &str) -> Value {
 }
 
 fn failure(args: &[&str], stdin: &str) -> String {
-    let output = polyq(args, stdin);
-    assert!(!output.status.success(), "polyq {args:?} should fail");
-    String::from_utf8(output.stderr).expect("UTF-8 stderr")
+    failure_stderr(polyq(args, stdin), args)
 }
 
 /// A fixture case as the message JSON a `peek` would print.

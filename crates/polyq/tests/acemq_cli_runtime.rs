@@ -1,33 +1,16 @@
 //! `polyq acemq publish`, `consume` and `topology`, run as the built binary against RabbitMQ.
 
-use std::process::{Command, Output};
-
 use polyq_amqp::{Client, FieldValue, QueueSpec};
 use serde_json::Value;
 
-fn polyq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_polyq"))
-        .args(args)
-        .env("POLYQ_LOG", "off")
-        .output()
-        .expect("polyq runs")
-}
-
-fn lines(output: &Output, args: &[&str]) -> Vec<Value> {
-    assert!(
-        output.status.success(),
-        "polyq {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone())
-        .expect("UTF-8 stdout")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
-        .collect()
-}
+mod common;
+use common::{failure, polyq, success_lines};
 
 fn run(args: &[&str]) -> Vec<Value> {
-    lines(&polyq(args), args)
+    success_lines(polyq(args), args)
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect()
 }
 
 fn json(args: &[&str]) -> (bool, Value) {
@@ -39,12 +22,6 @@ fn json(args: &[&str]) -> (bool, Value) {
         )
     });
     (output.status.success(), value)
-}
-
-fn failure(args: &[&str]) -> String {
-    let output = polyq(args);
-    assert!(!output.status.success(), "polyq {args:?} should fail");
-    String::from_utf8(output.stderr).expect("UTF-8 stderr")
 }
 
 async fn remove(client: &Client, queues: &[String]) {

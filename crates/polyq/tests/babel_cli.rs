@@ -1,30 +1,23 @@
 //! `polyq babel decode`, `make` and `conformance`, run as the binary.
 
-use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
+
+mod common;
+use common::{command, with_input};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn polyq(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_polyq"))
-        .args(args)
+    let mut polyq = command(args);
+    polyq
         .current_dir(repo())
-        .env("POLYQ_LOG", "off")
-        .env("POLYQ_REDIS_URL", polyq_testkit::redis_url())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or_default()).unwrap();
-    drop(input);
-    child.wait_with_output().unwrap()
+        .env("POLYQ_REDIS_URL", polyq_testkit::redis_url());
+    with_input(polyq, stdin.unwrap_or_default())
 }
 
 fn stdout(output: &Output) -> String {

@@ -1,39 +1,17 @@
 //! `polyq babel publish`, `consume` and `redrive`, run as the built binary against RabbitMQ and
 //! Redis (both layouts).
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use babelqueue::BabelQueue;
 use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout};
 use serde_json::Value;
 
-fn polyq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_polyq"))
-        .args(args)
-        .env("POLYQ_LOG", "off")
-        .output()
-        .expect("polyq runs")
-}
+mod common;
+use common::{command, failure, polyq, success_lines, with_input};
 
 fn run(args: &[&str]) -> Vec<String> {
-    let output = polyq(args);
-    assert!(
-        output.status.success(),
-        "polyq {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("UTF-8 stdout")
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-fn failure(args: &[&str]) -> String {
-    let output = polyq(args);
-    assert!(!output.status.success(), "polyq {args:?} should fail");
-    String::from_utf8(output.stderr).expect("UTF-8 stderr")
+    success_lines(polyq(args), args)
 }
 
 /// Removes a queue and its dead-letter queue on RabbitMQ, or every key naming it on Redis.
@@ -156,20 +134,7 @@ async fn round_trip(url: &str, layout: &str) {
 }
 
 fn polyq_decode(body: &str) -> String {
-    use std::io::Write as _;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_polyq"))
-        .args(["babel", "decode"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = with_input(command(&["babel", "decode"]), body.as_bytes());
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
