@@ -48,6 +48,33 @@ fn message(queue: &str, body: String) -> OutgoingMessage {
     OutgoingMessage::new("", queue, Properties::default(), body)
 }
 
+/// A client on `url` and a transient queue named after `prefix`, declared through it.
+async fn client_with_queue(url: &str, options: ClientOptions, prefix: &str) -> (Client, String) {
+    let client = Client::connect_with(url, options).await.expect("connects");
+    let queue = unique_name(prefix);
+    client
+        .declare_queue(&transient_queue(&queue))
+        .await
+        .expect("declares");
+    (client, queue)
+}
+
+/// Publishes `body` to `queue` and waits for the broker's answer.
+async fn publish_confirmed(client: &Client, queue: &str, body: &str) -> PublishOutcome {
+    client
+        .publish(message(queue, body.into()))
+        .await
+        .expect("publishes")
+        .await
+        .expect("confirmed")
+}
+
+/// Deletes the test's queue and closes its client.
+async fn remove_and_close(client: Client, queue: &str) {
+    client.delete_queue(queue).await.expect("deletes the queue");
+    client.close().await.expect("closes");
+}
+
 async fn close_all_connections() {
     let output = tokio::process::Command::new("rabbitmqctl")
         .args(["close_all_connections", "polyq recovery test"])
@@ -349,14 +376,12 @@ async fn proxied_client(recovery_wait: Duration) -> (Proxy, Client, String) {
     let (upstream, _) = through_proxy(&url, "127.0.0.1:1".parse().expect("address"));
     let proxy = Proxy::start(upstream).await;
     let (_, proxied) = through_proxy(&url, proxy.address);
-    let client = Client::connect_with(&proxied, options().recovery_wait(recovery_wait))
-        .await
-        .expect("connects through the proxy");
-    let queue = unique_name("polyq.recovery.outage");
-    client
-        .declare_queue(&transient_queue(&queue))
-        .await
-        .expect("declares");
+    let (client, queue) = client_with_queue(
+        &proxied,
+        options().recovery_wait(recovery_wait),
+        "polyq.recovery.outage",
+    )
+    .await;
     (proxy, client, queue)
 }
 
@@ -395,11 +420,7 @@ async fn publish_during_an_outage_waits_for_the_connection() {
     assert_eq!(&delivery.body[..], b"during the outage");
     delivery.ack().await.expect("acks");
 
-    client
-        .delete_queue(&queue)
-        .await
-        .expect("deletes the queue");
-    client.close().await.expect("closes");
+    remove_and_close(client, &queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -440,32 +461,19 @@ async fn publish_during_a_long_outage_fails_unavailable_after_the_bound() {
     .await
     .expect("reconnected in time");
     assert_eq!(info.message_count, 0, "the refused publish left nothing");
-    client
-        .delete_queue(&queue)
-        .await
-        .expect("deletes the queue");
-    client.close().await.expect("closes");
+    remove_and_close(client, &queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn channel_errors_leave_the_client_usable() {
     let _serial = SERIAL.lock().await;
-    let client = Client::connect_with(&amqp_url(), options())
-        .await
-        .expect("connects");
-    let queue = unique_name("polyq.recovery.channel-errors");
+    let (client, queue) =
+        client_with_queue(&amqp_url(), options(), "polyq.recovery.channel-errors").await;
     let missing = unique_name("polyq.recovery.missing");
-    client
-        .declare_queue(&transient_queue(&queue))
-        .await
-        .expect("declares");
-    let outcome = client
-        .publish(message(&queue, "one".into()))
-        .await
-        .expect("publishes")
-        .await
-        .expect("confirmed");
-    assert_eq!(outcome, PublishOutcome::Acked);
+    assert_eq!(
+        publish_confirmed(&client, &queue, "one").await,
+        PublishOutcome::Acked
+    );
     let fetched = client
         .get(&queue)
         .await
@@ -502,13 +510,10 @@ async fn channel_errors_leave_the_client_usable() {
     // Fetched messages live on their own channel, untouched by those errors.
     fetched.ack().await.expect("acks the fetched message");
     // Publishing, declaring and consuming go on, on new channels.
-    let outcome = client
-        .publish(message(&queue, "two".into()))
-        .await
-        .expect("publishes")
-        .await
-        .expect("confirmed");
-    assert_eq!(outcome, PublishOutcome::Acked);
+    assert_eq!(
+        publish_confirmed(&client, &queue, "two").await,
+        PublishOutcome::Acked
+    );
     let info = client.inspect_queue(&queue).await.expect("inspects");
     assert_eq!(info.message_count, 1);
     let mut consumer = client
@@ -527,9 +532,5 @@ async fn channel_errors_leave_the_client_usable() {
         "a second settlement is refused"
     );
     consumer.cancel().await.expect("cancels");
-    client
-        .delete_queue(&queue)
-        .await
-        .expect("deletes the queue");
-    client.close().await.expect("closes");
+    remove_and_close(client, &queue).await;
 }
