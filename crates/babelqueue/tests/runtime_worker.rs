@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use babelqueue::transport::{AmqpTransport, Capabilities, Reserved, Transport};
 use babelqueue::worker::{Backoff, Job, Shutdown, UnknownUrn};
-use babelqueue::{BabelQueue, MakeOptions};
+use babelqueue::{BabelQueue, Envelope, MakeOptions};
 use bytes::Bytes;
 use polyq_amqp::{FieldValue, Properties};
 use runtime_support::{IDLE, PATIENCE, Scene, envelope_of, json_of};
@@ -154,14 +154,19 @@ async fn exhaustion_dead_letters_with_the_block(url: &str) {
     scene.cleanup().await;
 }
 
+/// A URN no handler is registered for.
+const UNKNOWN_URN: &str = "urn:babel:nobody:home";
+
+/// A fresh scene whose queue holds one job for [`UNKNOWN_URN`], and that job.
+async fn scene_with_unknown_job(url: &str) -> (Scene, Envelope) {
+    let scene = Scene::new(url).await;
+    let sent = scene.queue.publish(UNKNOWN_URN, &json!({})).await.unwrap();
+    (scene, sent)
+}
+
 async fn unknown_urn_strategies(url: &str) {
     // fail: retried like a failure, dead-lettered as unknown_urn.
-    let scene = Scene::new(url).await;
-    scene
-        .queue
-        .publish("urn:babel:nobody:home", &json!({}))
-        .await
-        .unwrap();
+    let (scene, _) = scene_with_unknown_job(url).await;
     let report = scene.queue.worker().consume(5, IDLE).await.unwrap();
     assert_eq!((report.retried, report.dead_lettered), (2, 1), "{report:?}");
     let body = json_of(&scene.take(&scene.dlq()).await);
@@ -171,12 +176,7 @@ async fn unknown_urn_strategies(url: &str) {
     scene.cleanup().await;
 
     // delete: acknowledged and gone.
-    let scene = Scene::new(url).await;
-    scene
-        .queue
-        .publish("urn:babel:nobody:home", &json!({}))
-        .await
-        .unwrap();
+    let (scene, _) = scene_with_unknown_job(url).await;
     let report = scene
         .queue
         .worker()
@@ -190,12 +190,7 @@ async fn unknown_urn_strategies(url: &str) {
     scene.cleanup().await;
 
     // release: back on the queue, byte for byte.
-    let scene = Scene::new(url).await;
-    let sent = scene
-        .queue
-        .publish("urn:babel:nobody:home", &json!({}))
-        .await
-        .unwrap();
+    let (scene, sent) = scene_with_unknown_job(url).await;
     let report = scene
         .queue
         .worker()
@@ -210,12 +205,7 @@ async fn unknown_urn_strategies(url: &str) {
     scene.cleanup().await;
 
     // dead_letter: straight to the dead-letter queue, no attempt counted.
-    let scene = Scene::new(url).await;
-    scene
-        .queue
-        .publish("urn:babel:nobody:home", &json!({}))
-        .await
-        .unwrap();
+    let (scene, _) = scene_with_unknown_job(url).await;
     let report = scene
         .queue
         .worker()
