@@ -85,17 +85,12 @@ fn text(arguments: &FieldTable, name: &str) -> Result<Option<String>, String> {
     }
 }
 
-/// Integer value of the signed integer types; RabbitMQ treats them as one class when comparing.
+/// Integer value of the integer types; RabbitMQ treats them as one class when comparing, and a
+/// timestamp is not among them.
 fn integer(value: &FieldValue) -> Option<i64> {
-    match *value {
-        FieldValue::I8(v) => Some(v.into()),
-        FieldValue::U8(v) => Some(v.into()),
-        FieldValue::I16(v) => Some(v.into()),
-        FieldValue::U16(v) => Some(v.into()),
-        FieldValue::I32(v) => Some(v.into()),
-        FieldValue::U32(v) => Some(v.into()),
-        FieldValue::I64(v) => Some(v),
-        _ => None,
+    match value {
+        FieldValue::Timestamp(_) => None,
+        other => other.as_i64(),
     }
 }
 
