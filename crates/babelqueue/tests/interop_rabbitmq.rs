@@ -9,9 +9,8 @@ use babelqueue::MakeOptions;
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::worker::Job;
 use polyq_amqp::Properties;
-use runtime_support::{IDLE, Scene};
+use runtime_support::{IDLE, Scene, recorder};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 const URN: &str = "urn:babel:orders:created";
 const TRACE: &str = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b";
@@ -62,14 +61,11 @@ async fn python_publishes_rust_consumes() {
                "trace_id": TRACE, "headers": {"traceparent": "00-py-01"}}),
     )
     .await;
-    let (tx, mut jobs) = mpsc::unbounded_channel();
+    let (handler, mut jobs) = recorder();
     let report = scene
         .queue
         .worker()
-        .handle(URN, move |job: Job| {
-            let _ = tx.send(job);
-            async { Ok::<_, String>(()) }
-        })
+        .handle(URN, handler)
         .consume(1, IDLE)
         .await
         .unwrap();
@@ -152,14 +148,11 @@ async fn rust_dead_letters_python_redrives() {
     assert_eq!(item["to"], scene.name(), "Python reads our original_queue");
     assert_eq!(item["bypassed"], true);
 
-    let (tx, mut jobs) = mpsc::unbounded_channel();
+    let (handler, mut jobs) = recorder();
     scene
         .queue
         .worker()
-        .handle(URN, move |job: Job| {
-            let _ = tx.send(job);
-            async { Ok::<_, String>(()) }
-        })
+        .handle(URN, handler)
         .consume(1, IDLE)
         .await
         .unwrap();

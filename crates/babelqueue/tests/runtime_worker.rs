@@ -11,26 +11,11 @@ use babelqueue::worker::{Backoff, Job, Shutdown, UnknownUrn};
 use babelqueue::{BabelQueue, Envelope, MakeOptions};
 use bytes::Bytes;
 use polyq_amqp::{FieldValue, Properties};
-use runtime_support::{IDLE, PATIENCE, Scene, envelope_of, json_of};
+use runtime_support::{IDLE, PATIENCE, Scene, envelope_of, json_of, recorder};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 const URN: &str = "urn:babel:orders:created";
-
-/// A handler that reports every job it receives and succeeds.
-fn recorder() -> (
-    impl Fn(Job) -> std::future::Ready<Result<(), String>> + Send + Sync + 'static,
-    mpsc::UnboundedReceiver<Job>,
-) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (
-        move |job: Job| {
-            let _ = tx.send(job);
-            std::future::ready(Ok(()))
-        },
-        rx,
-    )
-}
 
 async fn round_trip(url: &str) {
     let scene = Scene::new(url).await;

@@ -5,8 +5,10 @@
 use std::time::Duration;
 
 use babelqueue::BabelQueue;
+use babelqueue::worker::Job;
 use bytes::Bytes;
 use polyq_amqp::{Client, Delivery, OutgoingMessage, Properties};
+use tokio::sync::mpsc;
 
 /// Upper bound for anything awaited in a test.
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -144,4 +146,19 @@ pub fn envelope_of(delivery: &Delivery) -> babelqueue::Envelope {
 /// The body as JSON.
 pub fn json_of(delivery: &Delivery) -> serde_json::Value {
     serde_json::from_slice(&delivery.body).unwrap()
+}
+
+/// A handler that reports every job it receives and succeeds.
+pub fn recorder() -> (
+    impl Fn(Job) -> std::future::Ready<Result<(), String>> + Send + Sync + 'static,
+    mpsc::UnboundedReceiver<Job>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (
+        move |job: Job| {
+            let _ = tx.send(job);
+            std::future::ready(Ok(()))
+        },
+        rx,
+    )
 }
