@@ -17,10 +17,9 @@ use babelqueue::transport::redis::{
 use babelqueue::{DeadLetter, DeadLetterReason, MakeOptions};
 use bytes::Bytes;
 use redis::AsyncCommands;
-use redis_support::Keys;
+use redis_support::{Keys, UPPER_BOUND};
 use serde_json::{Value, json};
 
-const UPPER_BOUND: Duration = Duration::from_secs(10);
 const URN: &str = "urn:babel:orders:created";
 
 /// The Python side: one command per run, JSON on stdout.
@@ -144,6 +143,14 @@ async fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// Asserts that the default layout holds no reservation of the queue.
+    async fn assert_nothing_reserved(&mut self, redis: &RedisTransport) {
+        let processing = redis.processing_key(&self.queue);
+        let deadlines = redis.deadlines_key(&self.queue);
+        assert_eq!(self.len(&processing).await, 0);
+        assert_eq!(self.zcard(&deadlines).await, 0);
+    }
+
     async fn len(&mut self, key: &str) -> usize {
         self.raw.llen(key).await.unwrap()
     }
@@ -222,10 +229,7 @@ async fn default_python_publishes_with_headers_and_rust_reserves_and_acks() {
         json!({"order_id": 1042, "note": "café ☕", "path": "a/b"})
     );
     redis.ack(&job.receipt).await.unwrap();
-    let processing = redis.processing_key(&f.queue);
-    let deadlines = redis.deadlines_key(&f.queue);
-    assert_eq!(f.len(&processing).await, 0);
-    assert_eq!(f.zcard(&deadlines).await, 0);
+    f.assert_nothing_reserved(&redis).await;
 }
 
 #[tokio::test]
@@ -339,10 +343,7 @@ async fn default_each_side_recovers_the_others_lapsed_reservation() {
     let recovered = redis.reserve(&f.queue, UPPER_BOUND).await.unwrap().unwrap();
     assert_eq!(recovered.body, body);
     redis.ack(&recovered.receipt).await.unwrap();
-    let processing = redis.processing_key(&f.queue);
-    let deadlines = redis.deadlines_key(&f.queue);
-    assert_eq!(f.len(&processing).await, 0);
-    assert_eq!(f.zcard(&deadlines).await, 0);
+    f.assert_nothing_reserved(&redis).await;
 }
 
 #[tokio::test]

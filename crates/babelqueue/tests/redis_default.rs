@@ -12,10 +12,7 @@ use babelqueue::transport::{Reserved, Transport};
 use babelqueue::{Error, projection};
 use bytes::Bytes;
 use redis::AsyncCommands;
-use redis_support::Keys;
-
-const NO_WAIT: Duration = Duration::ZERO;
-const UPPER_BOUND: Duration = Duration::from_secs(10);
+use redis_support::{Keys, NO_WAIT, UPPER_BOUND, nothing_ready};
 
 struct Fixture {
     queue: String,
@@ -116,13 +113,7 @@ async fn reserves_in_fifo_order_with_a_deadline_and_acks() {
         kind(f.transport.ack(&receipts[0]).await),
         RedisErrorKind::ReservationLost
     );
-    assert!(
-        f.transport
-            .reserve(&f.queue, NO_WAIT)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(nothing_ready(&f.transport, &f.queue).await);
 }
 
 #[tokio::test]

@@ -13,11 +13,8 @@ use babelqueue::transport::{Reserved, Transport};
 use babelqueue::{Error, MakeOptions};
 use bytes::Bytes;
 use redis::AsyncCommands;
-use redis_support::Keys;
+use redis_support::{Keys, NO_WAIT, UPPER_BOUND, nothing_ready};
 use serde_json::json;
-
-const NO_WAIT: Duration = Duration::ZERO;
-const UPPER_BOUND: Duration = Duration::from_secs(10);
 
 struct Fixture {
     queue: String,
@@ -148,13 +145,7 @@ async fn push_notifies_and_the_reserve_hands_over_the_raw_job_in_fifo_order() {
     let job = f.reserve().await;
     assert_eq!(job.body, second.as_bytes());
     f.transport.ack(&job.receipt).await.unwrap();
-    assert!(
-        f.transport
-            .reserve(&f.queue, NO_WAIT)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(nothing_ready(&f.transport, &f.queue).await);
 }
 
 #[tokio::test]
@@ -175,13 +166,7 @@ async fn release_with_a_delay_lands_in_delayed_and_comes_back_when_due() {
     assert_eq!(delayed.len(), 1);
     assert_eq!(delayed[0].0, body.as_bytes(), "released unchanged");
     assert!((before + 1.0..=after + 1.0).contains(&delayed[0].1));
-    assert!(
-        f.transport
-            .reserve(&f.queue, NO_WAIT)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(nothing_ready(&f.transport, &f.queue).await);
 
     let again = f.reserve().await;
     assert_eq!(again.body, body.as_bytes());
@@ -285,13 +270,7 @@ async fn no_retry_after_means_reserved_until_settled() {
     f.publish(envelope(json!({}))).await;
     let job = f.reserve().await;
     assert_eq!(f.zset(":reserved").await[0].1, f64::INFINITY);
-    assert!(
-        f.transport
-            .reserve(&f.queue, NO_WAIT)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(nothing_ready(&f.transport, &f.queue).await);
     f.transport.ack(&job.receipt).await.unwrap();
 }
 

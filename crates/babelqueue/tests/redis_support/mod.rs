@@ -1,5 +1,17 @@
-//! What the Redis tests share: a guard that removes a test's keys and a raw connection to look at
-//! them.
+//! What the Redis tests share: a guard that removes a test's keys, a raw connection to look at
+//! them and the waits a reserve is given.
+
+// Each test binary uses the part it needs.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use babelqueue::transport::Transport;
+
+/// A reserve that only looks.
+pub const NO_WAIT: Duration = Duration::ZERO;
+/// Upper bound for a reserve that must find something.
+pub const UPPER_BOUND: Duration = Duration::from_secs(10);
 
 /// Deletes every key of one test when dropped, also when the test fails.
 pub struct Keys {
@@ -33,4 +45,9 @@ pub async fn raw_connection(url: &str) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
+}
+
+/// Whether `queue` has nothing ready to reserve right now.
+pub async fn nothing_ready(transport: &impl Transport, queue: &str) -> bool {
+    transport.reserve(queue, NO_WAIT).await.unwrap().is_none()
 }
