@@ -69,6 +69,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 window: args.window,
                 prefetch: args.prefetch,
                 slice: args.slice,
+                raw_properties: lapin::BasicProperties::default(),
             };
             println!(
                 "polyq bench amqp: {} messages of {} bytes, window {}, prefetch {}, {}",

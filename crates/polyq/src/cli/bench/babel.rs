@@ -277,6 +277,7 @@ async fn acemq_end_to_end(args: &BabelArgs, body: Bytes) -> anyhow::Result<f64> 
         window: args.window,
         prefetch: args.prefetch,
         slice: args.messages,
+        raw_properties: lapin::BasicProperties::default(),
     };
     let admin = Polyq::connect(&args.url).await?;
     let queue = admin.declare_queue().await?;

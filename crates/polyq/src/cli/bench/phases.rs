@@ -21,6 +21,10 @@ pub(super) struct Settings {
     pub(super) window: usize,
     pub(super) prefetch: u16,
     pub(super) slice: u32,
+    /// Properties of every raw lapin publish: empty for `bench amqp`; for `bench acemq` the
+    /// envelope headers a hand-written AceMQ-compatible publisher sends, so both sides put the
+    /// same bytes on the wire.
+    pub(super) raw_properties: lapin::BasicProperties,
 }
 
 /// Measures both phases and prints each side's rate and `ratio: R`, the lower of the publish and

@@ -9,7 +9,7 @@ use lapin::options::{
     ConfirmSelectOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
 
 use super::phases::Settings;
 
@@ -63,7 +63,7 @@ impl Raw {
                         queue.into(),
                         options,
                         &settings.body,
-                        BasicProperties::default(),
+                        settings.raw_properties.clone(),
                     )
                     .await?,
             );
