@@ -12,7 +12,7 @@ use babelqueue::transport::{Reserved, Transport};
 use babelqueue::{Error, projection};
 use bytes::Bytes;
 use redis::AsyncCommands;
-use redis_support::{Keys, NO_WAIT, UPPER_BOUND, nothing_ready};
+use redis_support::{Keys, NO_WAIT, UPPER_BOUND, kind, nothing_ready, now};
 
 struct Fixture {
     queue: String,
@@ -54,20 +54,6 @@ impl Fixture {
             .await
             .unwrap()
             .expect("a message within the upper bound")
-    }
-}
-
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as f64
-}
-
-fn kind(result: babelqueue::Result<()>) -> RedisErrorKind {
-    match result {
-        Err(Error::Redis { kind, .. }) => kind,
-        other => panic!("expected a Redis error, got {other:?}"),
     }
 }
 

@@ -8,12 +8,12 @@ mod redis_support;
 
 use std::time::Duration;
 
+use babelqueue::MakeOptions;
 use babelqueue::transport::redis::{LaravelTransport, RedisErrorKind, RedisOptions};
 use babelqueue::transport::{Reserved, Transport};
-use babelqueue::{Error, MakeOptions};
 use bytes::Bytes;
 use redis::AsyncCommands;
-use redis_support::{Keys, NO_WAIT, UPPER_BOUND, nothing_ready};
+use redis_support::{Keys, NO_WAIT, UPPER_BOUND, kind, nothing_ready, now};
 use serde_json::json;
 
 struct Fixture {
@@ -67,20 +67,6 @@ impl Fixture {
             .publish(&self.queue, body.into(), &[])
             .await
             .unwrap();
-    }
-}
-
-fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as f64
-}
-
-fn kind(result: babelqueue::Result<()>) -> RedisErrorKind {
-    match result {
-        Err(Error::Redis { kind, .. }) => kind,
-        other => panic!("expected a Redis error, got {other:?}"),
     }
 }
 

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
+use babelqueue::Error;
 use babelqueue::transport::Transport;
+use babelqueue::transport::redis::RedisErrorKind;
 
 /// A reserve that only looks.
 pub const NO_WAIT: Duration = Duration::ZERO;
@@ -50,4 +52,20 @@ pub async fn raw_connection(url: &str) -> redis::aio::MultiplexedConnection {
 /// Whether `queue` has nothing ready to reserve right now.
 pub async fn nothing_ready(transport: &impl Transport, queue: &str) -> bool {
     transport.reserve(queue, NO_WAIT).await.unwrap().is_none()
+}
+
+/// Now in whole epoch seconds, the unit of the layouts' scores.
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as f64
+}
+
+/// The kind of the Redis error `result` failed with; panics on anything else.
+pub fn kind(result: babelqueue::Result<()>) -> RedisErrorKind {
+    match result {
+        Err(Error::Redis { kind, .. }) => kind,
+        other => panic!("expected a Redis error, got {other:?}"),
+    }
 }
