@@ -17,7 +17,10 @@
 pub fn redact_url(raw: &str) -> String {
     // Only text with an authority is treated as a URL: `user:pass@host` would otherwise parse
     // as the scheme `user` with an opaque path and keep its password.
-    let parsed = raw.contains("://").then(|| url::Url::parse(raw).ok()).flatten();
+    let parsed = raw
+        .contains("://")
+        .then(|| url::Url::parse(raw).ok())
+        .flatten();
     match parsed {
         Some(mut parsed) => {
             if parsed.password().is_some() {

@@ -1,8 +1,8 @@
 //! `polyq acemq` commands.
 
-pub(crate) mod topology;
 #[path = "acemq_replay.rs"]
 mod replay;
+pub(crate) mod topology;
 
 use std::io::Read as _;
 use std::path::PathBuf;
