@@ -51,6 +51,7 @@ on_both_brokers!(
     topic_routing_follows_star_and_hash,
     confirm_outcomes,
     publishing_to_a_missing_exchange_fails_with_not_found,
+    inspecting_an_exchange_proves_that_it_exists,
     basic_get_fetches_one_message_at_a_time,
     purge_delete_and_counts,
     exclusive_queue_is_refused_to_another_connection,
@@ -528,6 +529,39 @@ async fn publishing_to_a_missing_exchange_fails_with_not_found(fx: Arc<Fixture>)
         }
         other => panic!("publish to a missing exchange gave {other:?}"),
     }
+}
+
+async fn inspecting_an_exchange_proves_that_it_exists(fx: Arc<Fixture>) {
+    let exchange = fx.name("inspected");
+    let missing = fx.client.inspect_exchange(&exchange).await;
+    assert!(
+        matches!(&missing, Err(Error::NotFound { kind: "exchange", name }) if *name == exchange),
+        "{missing:?}"
+    );
+    // The 404 closed RabbitMQ's channel; the same client goes on with a new one.
+    fx.exchange(ExchangeSpec::new(&exchange, ExchangeKind::Topic))
+        .await;
+    fx.client
+        .inspect_exchange(&exchange)
+        .await
+        .expect("a declared exchange is found");
+    fx.client
+        .inspect_exchange("amq.fanout")
+        .await
+        .expect("the system exchanges exist");
+    let default = fx.client.inspect_exchange("").await;
+    assert!(
+        matches!(&default, Err(Error::Protocol { reason, .. }) if reason.contains("ACCESS_REFUSED")),
+        "the default exchange is not for inspection: {default:?}"
+    );
+    fx.client.delete_exchange(&exchange).await.unwrap();
+    assert!(matches!(
+        fx.client.inspect_exchange(&exchange).await,
+        Err(Error::NotFound {
+            kind: "exchange",
+            ..
+        })
+    ));
 }
 
 async fn basic_get_fetches_one_message_at_a_time(fx: Arc<Fixture>) {

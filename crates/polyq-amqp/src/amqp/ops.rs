@@ -79,6 +79,20 @@ impl Op {
         })
     }
 
+    /// A passive declare: succeeds when the exchange exists, 404 when it does not. The broker
+    /// ignores the type and flags of a passive declare, so it proves existence only.
+    pub(super) fn inspect_exchange(operation: &str, name: &str) -> Result<Self> {
+        Ok(Op::DeclareExchange {
+            name: short(operation, "exchange name", name)?,
+            kind: lapin::ExchangeKind::Direct,
+            options: ExchangeDeclareOptions {
+                passive: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            arguments: LapinTable::default(),
+        })
+    }
+
     pub(super) fn delete_exchange(operation: &str, name: &str) -> Result<Self> {
         Ok(Op::DeleteExchange {
             name: short(operation, "exchange name", name)?,

@@ -222,6 +222,20 @@ impl Broker {
         Ok(())
     }
 
+    /// Succeeds when the exchange exists, as a passive declare does; like RabbitMQ it says
+    /// nothing about the exchange's type or flags.
+    pub(super) fn inspect_exchange(&self, name: &str) -> Result<()> {
+        refuse_default_exchange(name, || format!("inspect exchange `{name}`"))?;
+        if self.read().exchanges.contains_key(name) {
+            Ok(())
+        } else {
+            Err(Error::NotFound {
+                kind: "exchange",
+                name: name.to_owned(),
+            })
+        }
+    }
+
     /// Deletes an exchange and its bindings; deleting one that does not exist succeeds, as on
     /// RabbitMQ.
     pub(super) fn delete_exchange(&self, name: &str) -> Result<()> {
