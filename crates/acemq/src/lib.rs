@@ -48,6 +48,7 @@ mod route;
 mod runtime_error;
 pub mod telemetry;
 pub mod topology;
+pub mod topology_apply;
 pub mod wire;
 
 pub use connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
