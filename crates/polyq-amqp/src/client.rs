@@ -10,6 +10,7 @@ use futures_util::Stream;
 #[cfg(feature = "amqp")]
 use crate::amqp;
 use crate::error::{Error, Result};
+use crate::health::Health;
 use crate::memory;
 use crate::message::{Delivery, OutgoingMessage, PublishOutcome};
 use crate::topology::{Binding, ExchangeSpec, QueueInfo, QueueSpec};
@@ -198,6 +199,57 @@ impl Client {
             Backend::Memory(client) => client.url(),
             #[cfg(feature = "amqp")]
             Backend::Amqp(client) => client.url(),
+        }
+    }
+
+    /// The connection's health now: [`Health::Up`] (with the broker's reason while it blocks
+    /// publishing), [`Health::Recovering`] while `amqp://` reconnects, [`Health::Closed`] after
+    /// [`Client::close`]. `memory://` is up until closed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polyq_amqp::Error> {
+    /// use polyq_amqp::{Client, Health};
+    ///
+    /// let client = Client::connect("memory://doc-health").await?;
+    /// assert!(matches!(client.health(), Health::Up { generation: 0, blocked: None, .. }));
+    /// client.close().await?;
+    /// assert_eq!(client.health(), Health::Closed);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn health(&self) -> Health {
+        match &self.backend {
+            Backend::Memory(client) => client.health(),
+            #[cfg(feature = "amqp")]
+            Backend::Amqp(client) => client.health(),
+        }
+    }
+
+    /// Watches the connection's [`Health`]: the receiver holds the current state and wakes on
+    /// every change (lost, each failed reconnect, up again, blocked, unblocked, closed). Its
+    /// `changed()` fails once every clone of the client and its consumers is gone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polyq_amqp::Error> {
+    /// use polyq_amqp::{Client, Health};
+    ///
+    /// let client = Client::connect("memory://doc-health-watch").await?;
+    /// let mut health = client.health_watch();
+    /// assert!(health.borrow_and_update().is_up());
+    /// let closing = client.clone();
+    /// tokio::spawn(async move { closing.close().await });
+    /// let closed = health.wait_for(|h| *h == Health::Closed).await;
+    /// assert!(closed.is_ok());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn health_watch(&self) -> tokio::sync::watch::Receiver<Health> {
+        match &self.backend {
+            Backend::Memory(client) => client.health_watch(),
+            #[cfg(feature = "amqp")]
+            Backend::Amqp(client) => client.health_watch(),
         }
     }
 

@@ -8,6 +8,7 @@
 mod amqp;
 mod client;
 mod error;
+mod health;
 mod memory;
 mod message;
 pub mod message_json;
@@ -18,6 +19,7 @@ mod value;
 
 pub use client::{Acker, Client, ClientOptions, Confirm, ConsumeOptions, Consumer};
 pub use error::{Error, Result};
+pub use health::Health;
 pub use message::{Delivery, OutgoingMessage, PublishOutcome, ReturnedMessage};
 pub use message_json::MessageJson;
 pub use properties::Properties;

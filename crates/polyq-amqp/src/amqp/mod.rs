@@ -30,6 +30,7 @@ use supervisor::Shared;
 use crate::Confirm;
 use crate::client::{ClientOptions, ConsumeOptions, ConsumerInner};
 use crate::error::{Error, Result};
+use crate::health::Health;
 use crate::message::{Delivery, OutgoingMessage};
 use crate::topology::{Binding, ExchangeSpec, QueueInfo, QueueSpec};
 
@@ -47,6 +48,7 @@ struct Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.shared.closed.cancel();
+        self.shared.health.closed();
     }
 }
 
@@ -64,6 +66,14 @@ impl AmqpClient {
 
     pub(crate) fn url(&self) -> String {
         self.shared().shown_url.clone()
+    }
+
+    pub(crate) fn health(&self) -> Health {
+        self.shared().health.current()
+    }
+
+    pub(crate) fn health_watch(&self) -> tokio::sync::watch::Receiver<Health> {
+        self.shared().health.watch()
     }
 
     pub(crate) async fn declare_exchange(&self, spec: &ExchangeSpec) -> Result<()> {

@@ -31,6 +31,7 @@ use super::record::Record;
 use super::session::{SerialChannel, Session};
 use crate::client::ClientOptions;
 use crate::error::{Error, Result};
+use crate::health::HealthTracker;
 
 /// How often the supervisor looks at the connection state even when nothing reported a failure;
 /// a safety net for failures lapin does not announce as events.
@@ -42,6 +43,9 @@ const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// How many times an operation is tried again on a fresh channel after its channel closed under
 /// it while the connection stayed up.
 const CHANNEL_RETRIES: u8 = 3;
+/// The blocked reason shown when the broker blocked the connection before its reason could be
+/// heard.
+const UNKNOWN_BLOCK_REASON: &str = "blocked by the broker (reason not received)";
 
 /// The state of the client's connection, watched by every operation.
 #[derive(Clone)]
@@ -72,6 +76,7 @@ pub(super) struct Shared {
     next_consumer: AtomicU64,
     requests: mpsc::UnboundedSender<Request>,
     pub(super) closed: CancellationToken,
+    pub(super) health: HealthTracker,
 }
 
 /// Connects and starts the supervisor.
@@ -94,12 +99,14 @@ pub(super) async fn start(url: &str, options: &ClientOptions) -> Result<Arc<Shar
         next_consumer: AtomicU64::new(0),
         requests,
         closed: CancellationToken::new(),
+        health: HealthTracker::up(0),
     });
     let session = shared.open(0).await.map_err(|error| Error::Connect {
         url: shared.shown_url.clone(),
         reason: shared.scrub(&error.to_string()),
     })?;
     shared.link.send_replace(Link::Up(Arc::new(session)));
+    shared.health.connected(0);
     tokio::spawn(supervise(shared.clone(), requests_rx));
     Ok(shared)
 }
@@ -308,6 +315,7 @@ impl Shared {
     pub(super) async fn close(&self) -> Result<()> {
         self.closed.cancel();
         let link = self.link.send_replace(Link::Closed);
+        self.health.closed();
         self.end_consumers();
         if let Link::Up(session) = link
             && session.is_up()
@@ -449,12 +457,11 @@ impl Shared {
                     info!(url = %self.shown_url, attempt, "reconnected to the broker");
                     return Some(Arc::new(session));
                 }
-                Err(error) => warn!(
-                    url = %self.shown_url,
-                    attempt,
-                    error = %self.scrub(&error.to_string()),
-                    "reconnect failed; retrying in {delay:?}"
-                ),
+                Err(error) => {
+                    let error = self.scrub(&error.to_string());
+                    warn!(url = %self.shown_url, attempt, %error, "reconnect failed; retrying in {delay:?}");
+                    self.health.attempt_failed(error);
+                }
             }
             tokio::select! {
                 () = self.closed.cancelled() => return None,
@@ -495,12 +502,20 @@ async fn supervise(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Re
         };
         let mut events = session.connection.events_listener();
         let mut events_open = true;
+        let mut last_error = None;
+        if session.connection.status().blocked() {
+            // Blocked before the listener existed, so the broker's reason was missed.
+            shared.health.blocked(Some(UNKNOWN_BLOCK_REASON.to_owned()));
+        }
         while session.is_up() {
             tokio::select! {
                 () = shared.closed.cancelled() => return,
                 event = events.next(), if events_open => match event {
-                    Some(lapin::Event::Error(error)) => debug!(url = %shared.shown_url, %error, "connection event"),
-                    Some(_) => {}
+                    Some(event) => {
+                        if let Some(error) = note_event(&shared.health, &shared.shown_url, event) {
+                            last_error = Some(shared.scrub(&error.to_string()));
+                        }
+                    }
                     None => events_open = false,
                 },
                 request = requests.recv() => match request {
@@ -523,6 +538,7 @@ async fn supervise(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Re
         if !shared.replace_link(Link::Down) {
             return;
         }
+        shared.health.lost(last_error);
         let generation = session.generation + 1;
         drop(session);
         match shared.reconnect(generation).await {
@@ -530,8 +546,63 @@ async fn supervise(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Re
                 if !shared.replace_link(Link::Up(session)) {
                     return;
                 }
+                shared.health.connected(generation);
             }
             None => return,
         }
+    }
+}
+
+/// Applies a connection event to the health, and logs it. Returns the error it reports, if
+/// any: the likely reason of a loss that follows.
+fn note_event(health: &HealthTracker, url: &str, event: lapin::Event) -> Option<lapin::Error> {
+    match event {
+        lapin::Event::ConnectionBlocked(reason) => {
+            warn!(url, %reason, "the broker blocked publishing on the connection");
+            health.blocked(Some(reason));
+            None
+        }
+        lapin::Event::ConnectionUnblocked => {
+            info!(url, "the broker unblocked the connection");
+            health.blocked(None);
+            None
+        }
+        lapin::Event::Error(error) => {
+            debug!(url, %error, "connection event");
+            Some(error)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Health;
+
+    #[test]
+    fn blocked_and_unblocked_events_show_in_the_health() {
+        let health = HealthTracker::up(2);
+        let url = "amqp://guest:***@localhost:5672/%2f";
+        let blocked = lapin::Event::ConnectionBlocked("low on memory".to_owned());
+        assert!(note_event(&health, url, blocked).is_none());
+        assert_eq!(health.current().blocked(), Some("low on memory"));
+        assert!(matches!(health.current(), Health::Up { generation: 2, .. }));
+
+        assert!(note_event(&health, url, lapin::Event::ConnectionUnblocked).is_none());
+        assert_eq!(health.current().blocked(), None);
+        assert!(health.current().is_up());
+    }
+
+    #[test]
+    fn an_error_event_is_kept_as_the_reason_of_a_loss() {
+        let health = HealthTracker::up(0);
+        let error = lapin::Error::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset by peer",
+        ));
+        let kept = note_event(&health, "amqp://localhost", lapin::Event::Error(error));
+        assert!(kept.is_some_and(|e| e.to_string().contains("reset by peer")));
+        assert_eq!(health.current().blocked(), None);
     }
 }

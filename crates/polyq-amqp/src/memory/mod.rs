@@ -22,6 +22,7 @@ pub(crate) use consumer::{Acker, Consumer};
 use crate::Confirm;
 use crate::client::{ClientOptions, ConsumeOptions, ConsumerInner};
 use crate::error::{Error, Result};
+use crate::health::{Health, HealthTracker};
 use crate::message::{Delivery, OutgoingMessage};
 use crate::topology::{Binding, ExchangeSpec, QueueInfo, QueueSpec};
 use connection::Connection;
@@ -30,6 +31,7 @@ use connection::Connection;
 #[derive(Clone)]
 pub(crate) struct MemoryClient {
     connection: Arc<Connection>,
+    health: Arc<HealthTracker>,
 }
 
 impl MemoryClient {
@@ -40,11 +42,20 @@ impl MemoryClient {
         let broker = broker::named(name);
         Ok(Self {
             connection: Arc::new(Connection::open(broker, format!("memory://{name}"))),
+            health: Arc::new(HealthTracker::up(0)),
         })
     }
 
     pub(crate) fn url(&self) -> String {
         self.connection.url.clone()
+    }
+
+    pub(crate) fn health(&self) -> Health {
+        self.health.current()
+    }
+
+    pub(crate) fn health_watch(&self) -> tokio::sync::watch::Receiver<Health> {
+        self.health.watch()
     }
 
     fn open(&self) -> Result<&Connection> {
@@ -171,6 +182,7 @@ impl MemoryClient {
 
     pub(crate) async fn close(&self) -> Result<()> {
         self.connection.close();
+        self.health.closed();
         Ok(())
     }
 }

@@ -1,0 +1,46 @@
+//! Broker-side actions on the local RabbitMQ through `rabbitmqctl`, for recovery tests that must
+//! affect their own connections only.
+
+use std::process::Command;
+
+/// Runs `rabbitmqctl` with `args` and returns what it printed.
+///
+/// # Panics
+/// When `rabbitmqctl` cannot run or reports a failure: the test cannot do what it set out to.
+pub fn rabbitmqctl(args: &[&str]) -> String {
+    let output = Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl runs (it is installed with the broker)");
+    assert!(
+        output.status.success(),
+        "rabbitmqctl {} failed: {}",
+        args.first().copied().unwrap_or_default(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Closes, from the broker's side, every connection the client named `connection_name` (the
+/// connection name shown by the management tools), and returns how many it closed. Unlike
+/// `rabbitmqctl close_all_connections`, other tests connected at the time are not touched.
+pub fn close_connections_named(connection_name: &str) -> usize {
+    let listed = rabbitmqctl(&[
+        "list_connections",
+        "--quiet",
+        "--no-table-headers",
+        "pid",
+        "client_properties",
+    ]);
+    // rabbitmqctl prints client properties as `{"connection_name","<name>"}`.
+    let wanted = format!("{{\"connection_name\",\"{connection_name}\"}}");
+    let pids: Vec<&str> = listed
+        .lines()
+        .filter(|line| line.contains(&wanted))
+        .filter_map(|line| line.split('\t').next())
+        .collect();
+    for pid in &pids {
+        rabbitmqctl(&["close_connection", pid, "closed by a polyq recovery test"]);
+    }
+    pids.len()
+}
