@@ -15,7 +15,6 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::{Timeline, unique};
-use crate::cli::acemq::topology;
 
 const PART: &str = "acemq";
 /// Three attempts, 100 ms apart: short enough for a demo, and below the broker-wait threshold,
@@ -64,8 +63,8 @@ async fn steps(mq: &AceMq, queue: &str, timeline: &Timeline) -> anyhow::Result<(
         .queue(SourceQueue::new(queue).with_dead_letter())
         .consumer(queue, policy.clone())
         .plan()?;
-    let applied = topology::apply(mq.client(), &plan).await;
-    if applied.conflicts > 0 {
+    let applied = acemq::topology_apply::apply(mq.client(), &plan).await?;
+    if !applied.is_clean() {
         bail!(
             "declaring the demo's queues failed: {}",
             serde_json::to_string(&applied)?
