@@ -1,16 +1,16 @@
 //! `polyq acemq topology`: a consumer's declared topology as data, applied create-only, or
 //! checked against the broker.
 //!
-//! The plan is the crate's (`acemq::topology`). Applying and validating are thin loops over
-//! `polyq_amqp::Client` declarations because the crate has no apply or validate of its own yet.
+//! The plan is the crate's (`acemq::topology`), and so are applying and validating it
+//! (`acemq::topology_apply`); this module reads the flags and prints the reports as JSON.
 
 use acemq::retry::RetryPolicy;
 use acemq::topology::{Declared, QueueType, SourceQueue, Topology, TopologyPlan};
+use acemq::topology_apply;
 use anyhow::{Context as _, anyhow};
 use clap::{Args, Subcommand};
 use polyq_amqp::message_json::headers_to_json;
 use polyq_amqp::{Binding, Client, ExchangeSpec, QueueSpec};
-use serde::Serialize;
 use serde_json::{Value, json};
 
 /// `polyq acemq topology` subcommands.
@@ -22,7 +22,8 @@ pub(crate) enum Command {
         consumer: ConsumerArgs,
     },
     /// Declare the plan, create-only: what exists is left as it is, and a declaration that
-    /// conflicts with an existing object is reported (exit status 1), never forced.
+    /// conflicts with an existing object, or that the broker refuses, is reported (exit status
+    /// 1), never forced.
     Apply {
         /// The broker: amqp://, amqps:// or memory://.
         #[arg(long)]
@@ -31,7 +32,8 @@ pub(crate) enum Command {
         consumer: ConsumerArgs,
     },
     /// Compare the plan with the broker without creating anything; exit status 1 on drift
-    /// (a queue missing, or declared with other arguments).
+    /// (an exchange or queue missing, or declared otherwise). Bindings are listed unchecked:
+    /// AMQP 0-9-1 cannot list them.
     Validate {
         /// The broker: amqp://, amqps:// or memory://.
         #[arg(long)]
@@ -95,18 +97,20 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<bool> {
         Command::Apply { url, consumer } => {
             let plan = consumer.plan()?;
             let client = connect(&url).await?;
-            let report = apply(&client, &plan).await;
+            let report = topology_apply::apply(&client, &plan).await;
             client.close().await.ok();
+            let report = report?;
             println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(report.conflicts == 0)
+            Ok(report.is_clean())
         }
         Command::Validate { url, consumer } => {
             let plan = consumer.plan()?;
             let client = connect(&url).await?;
-            let report = validate(&client, &plan).await;
+            let report = topology_apply::validate(&client, &plan).await;
             client.close().await.ok();
+            let report = report?;
             println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(report.drift == 0)
+            Ok(report.is_clean())
         }
     }
 }
@@ -159,134 +163,4 @@ fn binding_json(binding: &Binding) -> Value {
         "routing_key": binding.routing_key,
         "arguments": headers_to_json(&binding.arguments),
     })
-}
-
-/// What happened to one declaration.
-#[derive(Debug, Serialize)]
-pub(crate) struct Item {
-    kind: &'static str,
-    name: String,
-    /// `created`, `exists`, `declared` (an exchange or binding: AMQP cannot tell whether it
-    /// existed), `conflict`, `missing`, `differs` or `unchecked`.
-    state: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
-}
-
-/// The result of `apply`.
-#[derive(Debug, Serialize)]
-pub(crate) struct ApplyReport {
-    /// Declarations refused because an object of that name exists with other settings.
-    pub(crate) conflicts: usize,
-    items: Vec<Item>,
-}
-
-/// Declares `plan` on `client`, create-only: queues that exist are only compared (a
-/// redeclaration with other arguments is refused by the broker, never forced).
-pub(crate) async fn apply(client: &Client, plan: &TopologyPlan) -> ApplyReport {
-    let mut items = Vec::new();
-    for exchange in &plan.exchanges {
-        let result = client.declare_exchange(&exchange.item).await;
-        items.push(settled("exchange", &exchange.item.name, "declared", result));
-    }
-    for queue in &plan.queues {
-        let existed = client.inspect_queue(&queue.item.name).await.is_ok();
-        let result = client.declare_queue(&queue.item).await.map(drop);
-        let state = if existed { "exists" } else { "created" };
-        items.push(settled("queue", &queue.item.name, state, result));
-    }
-    for binding in &plan.bindings {
-        let result = client.bind_queue(&binding.item).await;
-        items.push(settled(
-            "binding",
-            &binding_name(&binding.item),
-            "declared",
-            result,
-        ));
-    }
-    ApplyReport {
-        conflicts: items.iter().filter(|i| i.state == "conflict").count(),
-        items,
-    }
-}
-
-fn settled(
-    kind: &'static str,
-    name: &str,
-    state: &'static str,
-    result: polyq_amqp::Result<()>,
-) -> Item {
-    let (state, reason) = match result {
-        Ok(()) => (state, None),
-        Err(e) => ("conflict", Some(e.to_string())),
-    };
-    Item {
-        kind,
-        name: name.to_owned(),
-        state,
-        reason,
-    }
-}
-
-fn binding_name(binding: &Binding) -> String {
-    format!(
-        "{} <- {} ({})",
-        binding.queue, binding.exchange, binding.routing_key
-    )
-}
-
-/// The result of `validate`.
-#[derive(Debug, Serialize)]
-pub(crate) struct ValidateReport {
-    /// Queues missing or declared with other arguments.
-    pub(crate) drift: usize,
-    items: Vec<Item>,
-}
-
-/// Compares `plan` with the broker. Queues are checked for existence (a passive declare) and
-/// for their arguments (an identical redeclaration of an existing queue changes nothing, an
-/// inequivalent one is refused by the broker). AMQP 0-9-1 offers no way to check an exchange
-/// without declaring it nor to list bindings, so those are reported `unchecked`.
-pub(crate) async fn validate(client: &Client, plan: &TopologyPlan) -> ValidateReport {
-    let mut items = Vec::new();
-    for exchange in &plan.exchanges {
-        items.push(Item {
-            kind: "exchange",
-            name: exchange.item.name.clone(),
-            state: "unchecked",
-            reason: None,
-        });
-    }
-    for queue in &plan.queues {
-        let name = queue.item.name.clone();
-        let (state, reason) = match client.inspect_queue(&name).await {
-            Err(polyq_amqp::Error::NotFound { .. }) => ("missing", None),
-            Err(e) => ("differs", Some(e.to_string())),
-            Ok(_) => match client.declare_queue(&queue.item).await {
-                Ok(_) => ("ok", None),
-                Err(e) => ("differs", Some(e.to_string())),
-            },
-        };
-        items.push(Item {
-            kind: "queue",
-            name,
-            state,
-            reason,
-        });
-    }
-    for binding in &plan.bindings {
-        items.push(Item {
-            kind: "binding",
-            name: binding_name(&binding.item),
-            state: "unchecked",
-            reason: None,
-        });
-    }
-    ValidateReport {
-        drift: items
-            .iter()
-            .filter(|i| matches!(i.state, "missing" | "differs"))
-            .count(),
-        items,
-    }
 }
