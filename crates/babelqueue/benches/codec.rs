@@ -153,7 +153,37 @@ fn python_envelope_us() -> Option<f64> {
 
 criterion_group!(codec, benches);
 
+/// `codec count <typed|value> <envelope|plain> <n>` runs `n` round trips and nothing else, for
+/// counting instructions under `valgrind --tool=callgrind` (repeatable on a loaded machine):
+/// the difference between two counts of different `n`, divided, is the cost of one round trip.
+fn count(args: &[String]) {
+    let [payload, side, n] = args else {
+        panic!("usage: codec count <typed|value> <envelope|plain> <n>");
+    };
+    let n: u32 = n.parse().expect("n is a count");
+    fn run<T: Serialize + serde::de::DeserializeOwned>(payload: &T, side: &str, n: u32) {
+        let round_trip = match side {
+            "envelope" => envelope_round_trip::<T>,
+            "plain" => plain_round_trip::<T>,
+            other => panic!("unknown side {other}"),
+        };
+        for _ in 0..n {
+            black_box(round_trip(black_box(payload)));
+        }
+    }
+    match payload.as_str() {
+        "typed" => run(&order(), side, n),
+        "value" => run(&dynamic(), side, n),
+        other => panic!("unknown payload {other}"),
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("count") {
+        count(&args[1..]);
+        return;
+    }
     codec();
     Criterion::default().configure_from_args().final_summary();
     let (typed_ratio, typed_us) = side_by_side(&order());

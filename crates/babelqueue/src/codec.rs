@@ -219,13 +219,6 @@ fn member_error(pointer: String, problem: &str) -> PoisonCause {
     }
 }
 
-fn raw_json(raw: &RawValue, finite: bool, path: &[&str]) -> Result<RawJson, PoisonCause> {
-    RawJson::compacted(raw.get(), finite, &pointer(path)).map_err(|error| match error {
-        crate::Error::Poison(cause) => cause,
-        other => member_error(pointer(path), &other.to_string()),
-    })
-}
-
 fn raw_slot(
     raw: Option<&RawValue>,
     finite: bool,
@@ -234,7 +227,7 @@ fn raw_slot(
     match raw {
         None => Ok(Slot::Absent),
         Some(raw) if raw.get() == "null" => Ok(Slot::Null),
-        Some(raw) => raw_json(raw, finite, path).map(Slot::Set),
+        Some(raw) => RawJson::compacted(raw.get(), finite, || pointer(path)).map(Slot::Set),
     }
 }
 
@@ -253,9 +246,11 @@ fn extras(
 ) -> Result<Vec<(String, RawJson)>, PoisonCause> {
     let mut out: Vec<(String, RawJson)> = Vec::with_capacity(members.len());
     for (key, raw) in members {
-        let mut path = parent.to_vec();
-        path.push(&key);
-        let value = raw_json(raw, false, &path)?;
+        let value = RawJson::compacted(raw.get(), false, || {
+            let mut path = parent.to_vec();
+            path.push(&key);
+            pointer(&path)
+        })?;
         match out.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,
             None => out.push((key.into_owned(), value)),

@@ -1,7 +1,6 @@
 //! The envelope type and its canonical encoding.
 
 use std::fmt;
-use std::fmt::Write as _;
 
 use serde::de::DeserializeOwned;
 
@@ -41,7 +40,7 @@ pub(crate) const FORBIDDEN_META: [&str; 4] = ["max_retries", "attempts", "source
 /// assert_eq!(raw.as_str(), r#"{"big":12345678901234567890,"x":1.0}"#);
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct RawJson(Box<str>);
+pub struct RawJson(String);
 
 impl RawJson {
     /// Checks `text` as strict JSON and keeps it, with insignificant whitespace removed.
@@ -51,7 +50,7 @@ impl RawJson {
     /// unpaired surrogate escape.
     pub fn from_json(text: &str) -> Result<Self> {
         let raw: &serde_json::value::RawValue = serde_json::from_str(text)?;
-        Self::compacted(raw.get(), false, "")
+        Ok(Self::compacted(raw.get(), false, String::new)?)
     }
 
     /// Serialises `value` (which cannot hold a non-finite number).
@@ -59,23 +58,26 @@ impl RawJson {
     /// # Errors
     /// [`Error::Json`] when the value cannot be serialised.
     pub fn from_value(value: &serde_json::Value) -> Result<Self> {
-        Ok(Self(serde_json::to_string(value)?.into_boxed_str()))
+        Ok(Self(serde_json::to_string(value)?))
     }
 
-    pub(crate) fn compacted(raw: &str, finite_numbers: bool, pointer: &str) -> Result<Self> {
+    /// `raw` compacted; `pointer` names it in the error and is only built on failure.
+    pub(crate) fn compacted(
+        raw: &str,
+        finite_numbers: bool,
+        pointer: impl FnOnce() -> String,
+    ) -> std::result::Result<Self, crate::PoisonCause> {
         crate::rawjson::compact(raw, finite_numbers)
-            .map(|text| Self(text.into_owned().into_boxed_str()))
-            .map_err(|issue| {
-                Error::Poison(crate::PoisonCause::Member {
-                    pointer: pointer.to_owned(),
-                    problem: issue.describe().to_owned(),
-                })
+            .map(|text| Self(text.into_owned()))
+            .map_err(|issue| crate::PoisonCause::Member {
+                pointer: pointer(),
+                problem: issue.describe().to_owned(),
             })
     }
 
     /// Trusted text: produced by `serde_json` or by this crate, already compact.
     pub(crate) fn trusted(text: String) -> Self {
-        Self(text.into_boxed_str())
+        Self(text)
     }
 
     /// The JSON text.
@@ -307,45 +309,67 @@ impl Envelope {
             return Err(Error::BlankUrn(self.job.clone()));
         }
         self.check_forbidden()?;
-        let mut out = String::with_capacity(256);
+        let mut out = String::with_capacity(self.encoded_len());
         out.push_str("{\"job\":");
         push_str_literal(&mut out, &self.job);
         let mut obj = ObjectWriter {
             out: &mut out,
             first: false,
         };
-        obj.string("trace_id", &self.trace_id);
-        obj.raw("data", &self.data);
+        obj.string("\"trace_id\":", &self.trace_id);
+        obj.raw("\"data\":", &self.data);
         match &self.meta {
             Slot::Absent => {}
-            Slot::Null => obj.key_null("meta"),
+            Slot::Null => obj.key_null("\"meta\":"),
             Slot::Set(meta) => {
-                obj.key("meta");
+                obj.key("\"meta\":");
+                obj.out.push('{');
                 let mut inner = ObjectWriter {
                     out: obj.out,
                     first: true,
                 };
-                inner.out.push('{');
-                inner.string("id", &meta.id);
-                inner.string("queue", &meta.queue);
-                inner.string("lang", &meta.lang);
-                inner.integer("schema_version", &meta.schema_version);
-                inner.integer("created_at", &meta.created_at);
-                for (key, value) in &meta.extras {
-                    inner.key(key);
-                    inner.out.push_str(value.as_str());
-                }
+                inner.string("\"id\":", &meta.id);
+                inner.string("\"queue\":", &meta.queue);
+                inner.string("\"lang\":", &meta.lang);
+                inner.integer("\"schema_version\":", &meta.schema_version);
+                inner.integer("\"created_at\":", &meta.created_at);
+                inner.extras(&meta.extras);
                 inner.out.push('}');
             }
         }
-        obj.integer("attempts", &self.attempts);
-        obj.raw("dead_letter", &self.dead_letter);
-        for (key, value) in &self.extras {
-            obj.key(key);
-            obj.out.push_str(value.as_str());
-        }
+        obj.integer("\"attempts\":", &self.attempts);
+        obj.raw("\"dead_letter\":", &self.dead_letter);
+        obj.extras(&self.extras);
         out.push('}');
         Ok(out)
+    }
+
+    /// At least the encoded length (unless strings need escapes), so `encode` allocates once.
+    fn encoded_len(&self) -> usize {
+        // Keys, quotes, separators and the integers of the frame take fewer bytes than this.
+        const FRAME: usize = 200;
+        fn text(slot: &Slot<String>) -> usize {
+            slot.get().map_or(0, String::len)
+        }
+        fn raw(slot: &Slot<RawJson>) -> usize {
+            slot.get().map_or(0, |raw| raw.as_str().len())
+        }
+        fn extras(members: &[(String, RawJson)]) -> usize {
+            members
+                .iter()
+                .map(|(key, value)| key.len() + value.as_str().len() + 4)
+                .sum()
+        }
+        let meta = self.meta.get().map_or(0, |meta| {
+            text(&meta.id) + text(&meta.queue) + text(&meta.lang) + extras(&meta.extras)
+        });
+        FRAME
+            + self.job.len()
+            + text(&self.trace_id)
+            + raw(&self.data)
+            + meta
+            + raw(&self.dead_letter)
+            + extras(&self.extras)
     }
 
     fn check_forbidden(&self) -> Result<()> {
@@ -371,57 +395,68 @@ impl Envelope {
     }
 }
 
+/// Writes the members of one object; known keys come already quoted, with their colon.
 struct ObjectWriter<'a> {
     out: &'a mut String,
     first: bool,
 }
 
 impl ObjectWriter<'_> {
-    fn key(&mut self, key: &str) {
+    fn key(&mut self, quoted_key: &str) {
         if !self.first {
             self.out.push(',');
         }
         self.first = false;
-        push_str_literal(self.out, key);
-        self.out.push(':');
+        self.out.push_str(quoted_key);
     }
 
-    fn key_null(&mut self, key: &str) {
-        self.key(key);
+    fn key_null(&mut self, quoted_key: &str) {
+        self.key(quoted_key);
         self.out.push_str("null");
     }
 
-    fn string(&mut self, key: &str, slot: &Slot<String>) {
+    fn string(&mut self, quoted_key: &str, slot: &Slot<String>) {
         match slot {
             Slot::Absent => {}
-            Slot::Null => self.key_null(key),
+            Slot::Null => self.key_null(quoted_key),
             Slot::Set(text) => {
-                self.key(key);
+                self.key(quoted_key);
                 push_str_literal(self.out, text);
             }
         }
     }
 
-    fn integer(&mut self, key: &str, slot: &Slot<i64>) {
+    fn integer(&mut self, quoted_key: &str, slot: &Slot<i64>) {
         match slot {
             Slot::Absent => {}
-            Slot::Null => self.key_null(key),
+            Slot::Null => self.key_null(quoted_key),
             Slot::Set(n) => {
-                self.key(key);
-                // Writing to a String cannot fail.
-                let _ = write!(self.out, "{n}");
+                self.key(quoted_key);
+                self.out.push_str(itoa::Buffer::new().format(*n));
             }
         }
     }
 
-    fn raw(&mut self, key: &str, slot: &Slot<RawJson>) {
+    fn raw(&mut self, quoted_key: &str, slot: &Slot<RawJson>) {
         match slot {
             Slot::Absent => {}
-            Slot::Null => self.key_null(key),
+            Slot::Null => self.key_null(quoted_key),
             Slot::Set(raw) => {
-                self.key(key);
+                self.key(quoted_key);
                 self.out.push_str(raw.as_str());
             }
+        }
+    }
+
+    fn extras(&mut self, members: &[(String, RawJson)]) {
+        for (key, value) in members {
+            if !self.first {
+                self.out.push(',');
+            }
+            self.first = false;
+            push_str_literal(self.out, key);
+            self.out.push(':');
+            self.out.push_str(value.as_str());
         }
     }
 }

@@ -1,6 +1,8 @@
-//! Refuses non-finite floats before `serde_json` would silently write them as `null`.
+//! Refuses non-finite floats before `serde_json` would silently write them as `null`, and tells
+//! whether a payload carries raw JSON text that must be compacted and checked after serialising.
 
 use serde::ser::{self, Serialize, Serializer};
+use std::cell::Cell;
 use std::fmt;
 
 #[derive(Debug)]
@@ -20,13 +22,38 @@ impl ser::Error for NonFinite {
     }
 }
 
-/// Whether every float in `value` is finite. Serialisation errors of `value` itself are left to
-/// the real serialiser to report.
-pub(crate) fn all_finite<T: Serialize + ?Sized>(value: &T) -> bool {
-    value.serialize(Check).is_ok()
+/// What one walk over a payload found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Scan {
+    /// Every float is finite (an error of the value's own `Serialize` counts as not finite).
+    pub(crate) finite: bool,
+    /// It holds a `serde_json::value::RawValue`, whose text `serde_json` writes verbatim: it may
+    /// carry whitespace, an out-of-range number or an unpaired surrogate escape.
+    pub(crate) raw_text: bool,
 }
 
-struct Check;
+/// The name `serde_json` serialises a `RawValue` under. A change of it would let raw text through
+/// uncompacted, which `make`'s tests of a raw payload catch.
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// Walks `value` once, without writing anything.
+pub(crate) fn scan<T: Serialize + ?Sized>(value: &T) -> Scan {
+    let raw_text = Cell::new(false);
+    let finite = value
+        .serialize(Check {
+            raw_text: &raw_text,
+        })
+        .is_ok();
+    Scan {
+        finite,
+        raw_text: raw_text.get(),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Check<'a> {
+    raw_text: &'a Cell<bool>,
+}
 
 macro_rules! accept {
     ($($method:ident($ty:ty)),* $(,)?) => {
@@ -34,16 +61,16 @@ macro_rules! accept {
     };
 }
 
-impl Serializer for Check {
+impl<'a> Serializer for Check<'a> {
     type Ok = ();
     type Error = NonFinite;
-    type SerializeSeq = Check;
-    type SerializeTuple = Check;
-    type SerializeTupleStruct = Check;
-    type SerializeTupleVariant = Check;
-    type SerializeMap = Check;
-    type SerializeStruct = Check;
-    type SerializeStructVariant = Check;
+    type SerializeSeq = Check<'a>;
+    type SerializeTuple = Check<'a>;
+    type SerializeTupleStruct = Check<'a>;
+    type SerializeTupleVariant = Check<'a>;
+    type SerializeMap = Check<'a>;
+    type SerializeStruct = Check<'a>;
+    type SerializeStructVariant = Check<'a>;
 
     accept!(
         serialize_bool(bool),
@@ -81,7 +108,7 @@ impl Serializer for Check {
         Ok(())
     }
     fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<(), NonFinite> {
-        v.serialize(Check)
+        v.serialize(self)
     }
     fn serialize_unit(self) -> Result<(), NonFinite> {
         Ok(())
@@ -99,7 +126,7 @@ impl Serializer for Check {
         _: &'static str,
         v: &T,
     ) -> Result<(), NonFinite> {
-        v.serialize(Check)
+        v.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
@@ -108,16 +135,16 @@ impl Serializer for Check {
         _: &'static str,
         v: &T,
     ) -> Result<(), NonFinite> {
-        v.serialize(Check)
+        v.serialize(self)
     }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Check, NonFinite> {
-        Ok(Check)
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self, NonFinite> {
+        Ok(self)
     }
-    fn serialize_tuple(self, _: usize) -> Result<Check, NonFinite> {
-        Ok(Check)
+    fn serialize_tuple(self, _: usize) -> Result<Self, NonFinite> {
+        Ok(self)
     }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Check, NonFinite> {
-        Ok(Check)
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self, NonFinite> {
+        Ok(self)
     }
     fn serialize_tuple_variant(
         self,
@@ -125,14 +152,17 @@ impl Serializer for Check {
         _: u32,
         _: &'static str,
         _: usize,
-    ) -> Result<Check, NonFinite> {
-        Ok(Check)
+    ) -> Result<Self, NonFinite> {
+        Ok(self)
     }
-    fn serialize_map(self, _: Option<usize>) -> Result<Check, NonFinite> {
-        Ok(Check)
+    fn serialize_map(self, _: Option<usize>) -> Result<Self, NonFinite> {
+        Ok(self)
     }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Check, NonFinite> {
-        Ok(Check)
+    fn serialize_struct(self, name: &'static str, _: usize) -> Result<Self, NonFinite> {
+        if name == RAW_VALUE_TOKEN {
+            self.raw_text.set(true);
+        }
+        Ok(self)
     }
     fn serialize_struct_variant(
         self,
@@ -140,8 +170,8 @@ impl Serializer for Check {
         _: u32,
         _: &'static str,
         _: usize,
-    ) -> Result<Check, NonFinite> {
-        Ok(Check)
+    ) -> Result<Self, NonFinite> {
+        Ok(self)
     }
 }
 
@@ -149,7 +179,7 @@ impl Serializer for Check {
 /// parentheses are the ones before the element, which carry no number.
 macro_rules! check_elements {
     ($($compound:ident::$method:ident($($before:ty),*);)*) => {$(
-        impl ser::$compound for Check {
+        impl ser::$compound for Check<'_> {
             type Ok = ();
             type Error = NonFinite;
             fn $method<T: Serialize + ?Sized>(
@@ -157,7 +187,7 @@ macro_rules! check_elements {
                 $(_: $before,)*
                 v: &T,
             ) -> Result<(), NonFinite> {
-                v.serialize(Check)
+                v.serialize(*self)
             }
             fn end(self) -> Result<(), NonFinite> {
                 Ok(())
@@ -175,14 +205,14 @@ check_elements! {
     SerializeStructVariant::serialize_field(&'static str);
 }
 
-impl ser::SerializeMap for Check {
+impl ser::SerializeMap for Check<'_> {
     type Ok = ();
     type Error = NonFinite;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Result<(), NonFinite> {
-        k.serialize(Check)
+        k.serialize(*self)
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), NonFinite> {
-        v.serialize(Check)
+        v.serialize(*self)
     }
     fn end(self) -> Result<(), NonFinite> {
         Ok(())
@@ -196,9 +226,30 @@ mod tests {
 
     #[test]
     fn finds_non_finite_floats_anywhere() {
-        assert!(all_finite(&BTreeMap::from([("a", vec![1.0, 2.5])])));
-        assert!(!all_finite(&BTreeMap::from([("a", vec![1.0, f64::NAN])])));
-        assert!(!all_finite(&Some(f32::INFINITY)));
-        assert!(all_finite(&serde_json::json!({"x": [1, "s", null]})));
+        assert!(scan(&BTreeMap::from([("a", vec![1.0, 2.5])])).finite);
+        assert!(!scan(&BTreeMap::from([("a", vec![1.0, f64::NAN])])).finite);
+        assert!(!scan(&Some(f32::INFINITY)).finite);
+        assert!(scan(&serde_json::json!({"x": [1, "s", null]})).finite);
+    }
+
+    #[test]
+    fn finds_raw_json_text_anywhere() {
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str("[ 1e400 ]").unwrap();
+        assert_eq!(
+            scan(&BTreeMap::from([("a", vec![raw])])),
+            Scan {
+                finite: true,
+                raw_text: true
+            }
+        );
+        assert!(!scan(&serde_json::json!({"x": [1.5, "s"]})).raw_text);
+        let both = (serde_json::value::to_raw_value(&1).unwrap(), f64::NAN);
+        assert_eq!(
+            scan(&both),
+            Scan {
+                finite: false,
+                raw_text: true
+            }
+        );
     }
 }

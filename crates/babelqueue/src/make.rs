@@ -1,5 +1,7 @@
 //! Producing: the canonical envelope for a URN and a payload.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use crate::envelope::{
@@ -73,8 +75,8 @@ impl MakeOptions {
         let members = crate::codec::object_members(text)
             .map_err(|cause| Error::InvalidMeta(cause.to_string()))?;
         for (key, raw) in members {
-            let value = RawJson::compacted(raw.get(), true, &pointer(&["meta", &key]))
-                .map_err(|e| Error::InvalidMeta(e.to_string()))?;
+            let value = RawJson::compacted(raw.get(), true, || pointer(&["meta", &key]))
+                .map_err(|cause| Error::InvalidMeta(Error::Poison(cause).to_string()))?;
             self.meta.push((key.into_owned(), value));
         }
         Ok(self)
@@ -152,7 +154,8 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
     if job.is_empty() {
         return Err(Error::BlankUrn(urn.to_owned()));
     }
-    if !crate::finite::all_finite(data) {
+    let scan = crate::finite::scan(data);
+    if !scan.finite {
         return Err(Error::NonFiniteNumber {
             pointer: "/data".to_owned(),
         });
@@ -166,9 +169,17 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
         Some(b't' | b'f') => return Err(Error::DataNotObject { found: "a boolean" }),
         _ => return Err(Error::DataNotObject { found: "a number" }),
     };
-    // A payload given as raw JSON text is compacted and checked like a decoded one.
-    let data = match crate::rawjson::compact(&data, true) {
-        Ok(text) => RawJson::trusted(text.into_owned()),
+    // Raw JSON text in the payload is compacted and checked like a decoded `data`; everything
+    // else `serde_json` wrote compact, with finite numbers and valid strings.
+    let compacted = match scan.raw_text {
+        false => Ok(None),
+        true => crate::rawjson::compact(&data, true).map(|text| match text {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(text) => Some(text),
+        }),
+    };
+    let data = match compacted {
+        Ok(text) => RawJson::trusted(text.unwrap_or(data)),
         Err(crate::rawjson::Strictness::NonFiniteNumber) => {
             return Err(Error::NonFiniteNumber {
                 pointer: "/data".to_owned(),
@@ -222,11 +233,12 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
     })
 }
 
-/// A random (version 4) UUID, lowercase and hyphenated. Drawn from the thread-local CSPRNG rather
-/// than one `getrandom` call per id, which costs more than the rest of `make` together.
+/// A random (version 4) UUID, lowercase and hyphenated. uuid's `fast-rng` draws it from the
+/// thread-local CSPRNG rather than one `getrandom` call per id, which costs more than the rest of
+/// `make` together.
 fn new_uuid() -> String {
-    let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
-    uuid.hyphenated()
+    uuid::Uuid::new_v4()
+        .hyphenated()
         .encode_lower(&mut uuid::Uuid::encode_buffer())
         .to_owned()
 }
@@ -309,6 +321,12 @@ mod tests {
         let nan = std::collections::BTreeMap::from([("x", f64::NAN)]);
         assert!(matches!(
             make("u", &nan, MakeOptions::new()),
+            Err(Error::NonFiniteNumber { .. })
+        ));
+        let raw: Box<serde_json::value::RawValue> =
+            serde_json::from_str(r#"{"x": [1, 1e400]}"#).unwrap();
+        assert!(matches!(
+            make("u", &raw, MakeOptions::new()),
             Err(Error::NonFiniteNumber { .. })
         ));
     }

@@ -257,6 +257,10 @@ fn identity(
     if !text.starts_with('"') {
         return Typed::Other;
     }
+    // A string literal that `serde_json` has checked and that holds no escape is its own text.
+    if !text.contains('\\') {
+        return Typed::Value(text[1..text.len() - 1].to_owned());
+    }
     match serde_json::from_str(text) {
         Ok(value) => Typed::Value(value),
         Err(_) => {
