@@ -5,6 +5,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
 
+use super::confirm_ledger::{self, LedgerHandle};
+use super::publisher::LapinConfirm;
+
 /// A channel opened on first use and opened again after it closes; operations on it run one at
 /// a time, so a channel error is reported to the operation that caused it.
 pub(super) type SerialChannel = tokio::sync::Mutex<Option<Arc<Channel>>>;
@@ -17,13 +20,20 @@ pub(super) struct Session {
     pub(super) connection: Connection,
     /// The publishing channel, in confirm mode. Publishes share it without a lock held across
     /// the send, so many can be in flight.
-    publisher: Mutex<Arc<Channel>>,
+    publisher: Mutex<Arc<PublishingChannel>>,
     reopen_publisher: tokio::sync::Mutex<()>,
     /// Declarations, deletions, purges and passive declares.
     pub(super) ops: SerialChannel,
     /// `basic.get`, kept apart from `ops` so that a failed declaration cannot invalidate
     /// fetched messages awaiting their ack.
     pub(super) getter: SerialChannel,
+}
+
+/// A confirm-mode channel and the ledger that attributes its confirms and returns. Dropping
+/// the last reference lets the ledger's tracker finish once every publish is answered.
+pub(super) struct PublishingChannel {
+    pub(super) channel: Channel,
+    pub(super) ledger: LedgerHandle<LapinConfirm>,
 }
 
 impl Session {
@@ -46,14 +56,14 @@ impl Session {
     }
 
     /// The publishing channel, reopened (in confirm mode) if a channel error closed it.
-    pub(super) async fn publisher(&self) -> lapin::Result<Arc<Channel>> {
+    pub(super) async fn publisher(&self) -> lapin::Result<Arc<PublishingChannel>> {
         let current = self.current_publisher();
-        if current.status().connected() {
+        if current.channel.status().connected() {
             return Ok(current);
         }
         let _reopening = self.reopen_publisher.lock().await;
         let current = self.current_publisher();
-        if current.status().connected() {
+        if current.channel.status().connected() {
             return Ok(current);
         }
         let fresh = Arc::new(confirming_channel(&self.connection).await?);
@@ -64,7 +74,7 @@ impl Session {
         Ok(fresh)
     }
 
-    fn current_publisher(&self) -> Arc<Channel> {
+    fn current_publisher(&self) -> Arc<PublishingChannel> {
         self.publisher
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -72,10 +82,12 @@ impl Session {
     }
 }
 
-async fn confirming_channel(connection: &Connection) -> lapin::Result<Channel> {
+async fn confirming_channel(connection: &Connection) -> lapin::Result<PublishingChannel> {
     let channel = connection.create_channel().await?;
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    Ok(channel)
+    let (ledger, tracker) = confirm_ledger::ledger();
+    tokio::spawn(tracker);
+    Ok(PublishingChannel { channel, ledger })
 }

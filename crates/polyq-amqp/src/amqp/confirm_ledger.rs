@@ -1,0 +1,641 @@
+//! Attributes the broker's answers to the publishes of one confirm-mode channel.
+//!
+//! # Why a ledger
+//!
+//! AMQP 0-9-1 `basic.return` carries no delivery tag, so lapin cannot know which publish a
+//! return belongs to: it queues every return FIFO and hands the head of that queue to whichever
+//! confirm it completes next (and completes the tags of a `multiple` ack in hash order). With
+//! several publishes awaiting confirms, a confirm may therefore carry another publish's return,
+//! and a publish's own return may ride on a later completion. Trusting what a confirm carries
+//! reports unroutable messages as acked and routable ones as returned.
+//!
+//! # How answers are attributed
+//!
+//! A returned message carries its exchange, routing key, properties and body, so every return
+//! that surfaces in any completion goes to a pool and is matched by content to the
+//! lowest-sequence outstanding mandatory publish that has no return yet (identical messages are
+//! indistinguishable, so any of them is a correct owner). A publish is only decided when no
+//! return still hidden inside lapin can be its own.
+//!
+//! # Why the decisions are safe
+//!
+//! Facts relied on: frames of a channel are processed in order; the broker sends the return of a
+//! message before that message's ack; lapin resolves a confirm (pops its return queue and stores
+//! the answer) synchronously in its io loop before it handles the next frame, and only then
+//! wakes the waiter; a publish's confirm cannot complete before its publish started.
+//!
+//! Every publish takes a sequence number from `started` *before* `basic_publish`, and registers
+//! its confirm after (or a tombstone, when it never got one). A round (a) reads `N = started`,
+//! (b) drains registrations, (c) drains every ready confirm, (d) matches the pool and (e)
+//! decides. The round *covers* the moment (a) when every sequence below `N` is registered after
+//! (b): a confirm that completed before (a) belongs to a publish that started before (a), so it
+//! is registered and, being complete, is observed in (c).
+//!
+//! - A failure (the channel closed) or a nack is final as soon as it is observed; a publish
+//!   whose own confirm completed and that has a matched return is returned.
+//! - An ack that carried *no* return found lapin's queue empty when it completed, so its own
+//!   return (sent before its ack) had already been handed to an earlier completion. That
+//!   earlier completion happened before any round starting after the ack was observed, so a
+//!   covering round that starts later has pooled it: the ack is decided there.
+//! - An ack that carried *another* publish's return may still have its own return queued in
+//!   lapin. It is decided once a publish Z that started after it was observed (sequence at
+//!   least the `N` of the next round) completed carrying no return, and a covering round ran
+//!   after Z was observed: Z found the queue empty after our return was queued, so our return
+//!   was popped by an earlier completion, observed by that round. It is also decided at a
+//!   quiescent round (every started publish registered and completed): lapin's queue never
+//!   holds more returns than returned publishes still awaiting their ack, so it is then empty
+//!   and every return is in the pool.
+//! - Once the channel failed, lapin fails the pending confirms without popping its queue, so
+//!   the quiescent argument no longer holds: acks still undecided when everything has completed
+//!   are reported unconfirmed (the caller publishes again: a duplicate, never a loss).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::message::{OutgoingMessage, PublishOutcome, ReturnedMessage};
+
+#[cfg(test)]
+mod model;
+
+/// Rounds run back to back before the tracker yields to the runtime.
+const ROUNDS_PER_POLL: usize = 4;
+
+/// What one confirm completed with, as lapin reported it (a carried return may be another
+/// publish's).
+#[derive(Debug)]
+pub(super) enum Answer {
+    /// The broker acked, possibly handing over a return.
+    Ack(Option<ReturnedMessage>),
+    /// The broker nacked, possibly handing over a return.
+    Nack(Option<ReturnedMessage>),
+    /// No answer will come.
+    Failed(Failure),
+}
+
+/// Why a confirm failed.
+#[derive(Debug, Clone)]
+pub(super) enum Failure {
+    /// The broker closed the channel or connection with this reply.
+    Refused {
+        code: u16,
+        text: String,
+        reason: String,
+    },
+    /// The channel or connection was lost.
+    Lost(String),
+    /// The channel was not in confirm mode.
+    NotConfirming,
+}
+
+impl Failure {
+    /// Publishing to a missing exchange closes the channel with 404; other publishes pending
+    /// on that channel see the same error but were not at fault.
+    fn into_error(self, exchange: &str) -> Error {
+        match self {
+            Failure::Refused {
+                code: 404, text, ..
+            } if text.contains(&format!("no exchange '{exchange}'")) => Error::NotFound {
+                kind: "exchange",
+                name: exchange.to_owned(),
+            },
+            Failure::Refused { reason, .. } | Failure::Lost(reason) => Error::Unconfirmed {
+                exchange: exchange.to_owned(),
+                reason,
+            },
+            Failure::NotConfirming => Error::Protocol {
+                operation: "publish".to_owned(),
+                reason: "the publishing channel is not in confirm mode (a polyq-amqp bug)"
+                    .to_owned(),
+            },
+        }
+    }
+}
+
+/// Where a caller's outcome is delivered.
+pub(super) type Answered = oneshot::Receiver<Result<PublishOutcome>>;
+
+struct Registration<F> {
+    seq: u64,
+    /// `None` when the publish never got a confirm (it failed or was cancelled).
+    sent: Option<Sent<F>>,
+}
+
+struct Sent<F> {
+    confirm: F,
+    message: OutgoingMessage,
+    answer: oneshot::Sender<Result<PublishOutcome>>,
+}
+
+/// The publishing side of a channel's ledger.
+pub(super) struct LedgerHandle<F> {
+    started: Arc<AtomicU64>,
+    registrations: mpsc::UnboundedSender<Registration<F>>,
+}
+
+impl<F> LedgerHandle<F> {
+    /// Takes the next sequence number; call it before the publish is sent.
+    pub(super) fn begin(&self) -> Publishing<'_, F> {
+        Publishing {
+            handle: self,
+            seq: self.started.fetch_add(1, Ordering::SeqCst),
+            registered: false,
+        }
+    }
+}
+
+/// A publish between taking its sequence number and registering its confirm. Dropped without
+/// [`Publishing::sent`], it registers a tombstone so that later rounds can still cover.
+pub(super) struct Publishing<'a, F> {
+    handle: &'a LedgerHandle<F>,
+    seq: u64,
+    registered: bool,
+}
+
+impl<F> Publishing<'_, F> {
+    /// Hands the confirm of the sent `message` to the tracker.
+    pub(super) fn sent(mut self, confirm: F, message: OutgoingMessage) -> Answered {
+        self.registered = true;
+        let (answer, answered) = oneshot::channel();
+        let registration = Registration {
+            seq: self.seq,
+            sent: Some(Sent {
+                confirm,
+                message,
+                answer,
+            }),
+        };
+        if let Err(mpsc::error::SendError(Registration {
+            sent: Some(sent), ..
+        })) = self.handle.registrations.send(registration)
+        {
+            let _ = sent.answer.send(Err(unattributed(&sent.message.exchange)));
+        }
+        answered
+    }
+}
+
+impl<F> Drop for Publishing<'_, F> {
+    fn drop(&mut self) {
+        if !self.registered {
+            let _ = self.handle.registrations.send(Registration {
+                seq: self.seq,
+                sent: None,
+            });
+        }
+    }
+}
+
+fn unattributed(exchange: &str) -> Error {
+    Error::Unconfirmed {
+        exchange: exchange.to_owned(),
+        reason: "the broker's answer could not be attributed before the channel closed".to_owned(),
+    }
+}
+
+/// A ledger and the tracker future that owns it; spawn the tracker once per channel. It ends
+/// when the handle is gone and every registered publish has been answered.
+pub(super) fn ledger<F>() -> (LedgerHandle<F>, Tracker<F>)
+where
+    F: Future<Output = Answer> + Unpin,
+{
+    let started = Arc::new(AtomicU64::new(0));
+    let (registrations, receiver) = mpsc::unbounded_channel();
+    (
+        LedgerHandle {
+            started: started.clone(),
+            registrations,
+        },
+        Tracker {
+            started,
+            registrations: receiver,
+            closed: false,
+            confirms: FuturesUnordered::new(),
+            entries: BTreeMap::new(),
+            watermark: 0,
+            registered_early: BinaryHeap::new(),
+            completed: BTreeSet::new(),
+            unstamped: Vec::new(),
+            pool: Vec::new(),
+            holding: BTreeSet::new(),
+            round: 0,
+            clean_max: None,
+            failed: false,
+        },
+    )
+}
+
+struct Entry {
+    message: OutgoingMessage,
+    answer: oneshot::Sender<Result<PublishOutcome>>,
+    returned: Option<ReturnedMessage>,
+    done: Option<Done>,
+}
+
+struct Done {
+    round: u64,
+    kind: DoneKind,
+    /// `N` of the first round that started after this completion was observed.
+    next_started: Option<u64>,
+}
+
+enum DoneKind {
+    /// Acked, and lapin's return queue was empty at completion.
+    CleanAck,
+    /// Acked, with a return lapin handed over (perhaps another publish's).
+    CarryingAck,
+    Nack,
+    Failed(Failure),
+}
+
+/// Owns every confirm of one channel and answers each publish once its outcome is certain.
+pub(super) struct Tracker<F> {
+    started: Arc<AtomicU64>,
+    registrations: mpsc::UnboundedReceiver<Registration<F>>,
+    /// Every handle is gone: nothing new will register.
+    closed: bool,
+    confirms: FuturesUnordered<Tagged<F>>,
+    entries: BTreeMap<u64, Entry>,
+    /// Every sequence below it is registered.
+    watermark: u64,
+    registered_early: BinaryHeap<Reverse<u64>>,
+    /// Completed, not yet answered.
+    completed: BTreeSet<u64>,
+    /// Observed in the previous round; their `next_started` is the next round's `N`.
+    unstamped: Vec<u64>,
+    /// Returns not yet matched to a publish.
+    pool: Vec<ReturnedMessage>,
+    /// Publishes holding a matched return whose own confirm has not completed yet.
+    holding: BTreeSet<u64>,
+    round: u64,
+    /// Highest sequence that completed carrying no return, observed in an earlier round.
+    clean_max: Option<u64>,
+    /// A confirm failed: the channel is gone and lapin's queue may keep returns forever.
+    failed: bool,
+}
+
+impl<F> Future for Tracker<F>
+where
+    F: Future<Output = Answer> + Unpin,
+{
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        for _ in 0..ROUNDS_PER_POLL {
+            match self.run_round(cx) {
+                After::Finished => return Poll::Ready(()),
+                After::Wait => return Poll::Pending,
+                After::Again => {}
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+enum After {
+    Finished,
+    Wait,
+    /// Completions observed in this round become decidable at the next covering round.
+    Again,
+}
+
+impl<F> Tracker<F>
+where
+    F: Future<Output = Answer> + Unpin,
+{
+    fn run_round(&mut self, cx: &mut Context<'_>) -> After {
+        self.round += 1;
+        let started = self.started.load(Ordering::SeqCst);
+        for seq in self.unstamped.drain(..) {
+            if let Some(done) = self.entries.get_mut(&seq).and_then(|e| e.done.as_mut()) {
+                done.next_started = Some(started);
+            }
+        }
+        self.drain_registrations(cx);
+        let covering = self.watermark >= started;
+        let (observed, clean_max) = self.drain_confirms(cx);
+        self.match_pool();
+        self.decide_refusals();
+        let quiescent = covering
+            && self.confirms.is_empty()
+            && self.watermark == self.started.load(Ordering::SeqCst);
+        self.decide_acks(covering, quiescent);
+        if quiescent && !self.failed {
+            // Lapin's queue is empty and every started publish had its chance to match: what is
+            // left belongs to publishes abandoned after sending, and must not match later ones.
+            self.pool.clear();
+        }
+        self.clean_max = self.clean_max.max(clean_max);
+        if self.closed && self.entries.is_empty() && self.confirms.is_empty() {
+            After::Finished
+        } else if observed && !self.completed.is_empty() {
+            After::Again
+        } else {
+            After::Wait
+        }
+    }
+
+    fn drain_registrations(&mut self, cx: &mut Context<'_>) {
+        while !self.closed {
+            match self.registrations.poll_recv(cx) {
+                Poll::Ready(Some(registration)) => self.register(registration),
+                Poll::Ready(None) => self.closed = true,
+                Poll::Pending => break,
+            }
+        }
+    }
+
+    fn register(&mut self, Registration { seq, sent }: Registration<F>) {
+        if let Some(Sent {
+            confirm,
+            message,
+            answer,
+        }) = sent
+        {
+            self.confirms.push(Tagged { seq, confirm });
+            self.entries.insert(
+                seq,
+                Entry {
+                    message,
+                    answer,
+                    returned: None,
+                    done: None,
+                },
+            );
+        }
+        if seq == self.watermark {
+            self.watermark += 1;
+            while self.registered_early.peek() == Some(&Reverse(self.watermark)) {
+                self.registered_early.pop();
+                self.watermark += 1;
+            }
+        } else {
+            self.registered_early.push(Reverse(seq));
+        }
+    }
+
+    /// Observes every confirm that is ready. `FuturesUnordered` yields (returns `Pending` after
+    /// waking the task) while futures may still be ready; that self-wake is detected and the
+    /// draining goes on, so that the round really has seen every completed confirm.
+    fn drain_confirms(&mut self, cx: &mut Context<'_>) -> (bool, Option<u64>) {
+        let detector = Arc::new(WakeDetector {
+            woken: AtomicBool::new(false),
+            inner: cx.waker().clone(),
+        });
+        let waker = Waker::from(detector.clone());
+        let mut detecting = Context::from_waker(&waker);
+        let (mut observed, mut clean_max) = (false, None);
+        loop {
+            match self.confirms.poll_next_unpin(&mut detecting) {
+                Poll::Ready(Some((seq, answer))) => {
+                    observed = true;
+                    if self.observe(seq, answer) {
+                        clean_max = clean_max.max(Some(seq));
+                    }
+                }
+                Poll::Ready(None) => break,
+                Poll::Pending if detector.woken.swap(false, Ordering::SeqCst) => {}
+                Poll::Pending => break,
+            }
+        }
+        (observed, clean_max)
+    }
+
+    /// Records a completion; `true` when it carried no return and popped lapin's queue.
+    fn observe(&mut self, seq: u64, answer: Answer) -> bool {
+        let (kind, carried) = match answer {
+            Answer::Ack(None) => (DoneKind::CleanAck, None),
+            Answer::Ack(Some(returned)) => (DoneKind::CarryingAck, Some(returned)),
+            Answer::Nack(returned) => (DoneKind::Nack, returned),
+            Answer::Failed(failure) => {
+                self.failed = true;
+                (DoneKind::Failed(failure), None)
+            }
+        };
+        let clean = carried.is_none() && !matches!(kind, DoneKind::Failed(_));
+        self.pool.extend(carried);
+        if let Some(entry) = self.entries.get_mut(&seq) {
+            entry.done = Some(Done {
+                round: self.round,
+                kind,
+                next_started: None,
+            });
+            self.completed.insert(seq);
+            self.unstamped.push(seq);
+            self.holding.remove(&seq);
+        }
+        clean
+    }
+
+    fn match_pool(&mut self) {
+        for returned in std::mem::take(&mut self.pool) {
+            match self.owner_of(&returned) {
+                Some(seq) => {
+                    if let Some(entry) = self.entries.get_mut(&seq) {
+                        entry.returned = Some(returned);
+                        if entry.done.is_none() {
+                            self.holding.insert(seq);
+                        }
+                    }
+                }
+                None => self.pool.push(returned),
+            }
+        }
+    }
+
+    /// The lowest-sequence candidate sent with the same content, preferring one whose
+    /// properties also survived the round trip unchanged.
+    fn owner_of(&self, returned: &ReturnedMessage) -> Option<u64> {
+        let mut same_content = None;
+        for (seq, entry) in &self.entries {
+            if entry.returned.is_some() || !entry.could_be(returned) {
+                continue;
+            }
+            if entry.message.properties == returned.properties {
+                return Some(*seq);
+            }
+            same_content.get_or_insert(*seq);
+        }
+        same_content
+    }
+
+    /// Nacks and failures are final. A return matched to one goes back to the pool: only an
+    /// ack consumes a return, so an identical publish still waiting for its own can have it.
+    fn decide_refusals(&mut self) {
+        let refused: Vec<u64> = self
+            .completed
+            .iter()
+            .copied()
+            .filter(|seq| {
+                self.entries.get(seq).is_some_and(|entry| {
+                    matches!(
+                        entry.done.as_ref().map(|done| &done.kind),
+                        Some(DoneKind::Nack | DoneKind::Failed(_))
+                    )
+                })
+            })
+            .collect();
+        if refused.is_empty() {
+            return;
+        }
+        for seq in refused {
+            self.completed.remove(&seq);
+            self.holding.remove(&seq);
+            if let Some(mut entry) = self.entries.remove(&seq) {
+                self.pool.extend(entry.returned.take());
+                entry.answer(true);
+            }
+        }
+        self.match_pool();
+    }
+
+    fn decide_acks(&mut self, covering: bool, quiescent: bool) {
+        for seq in std::mem::take(&mut self.completed) {
+            let attributed = match self.entries.get(&seq) {
+                Some(entry) => self.ack_attribution(entry, covering, quiescent),
+                None => continue,
+            };
+            let Some(attributed) = attributed else {
+                self.completed.insert(seq);
+                continue;
+            };
+            self.take_identical_return(seq);
+            if let Some(entry) = self.entries.remove(&seq) {
+                entry.answer(attributed);
+            }
+        }
+    }
+
+    /// Identical messages share one fate, so a return matched to an identical publish that has
+    /// not completed yet is as much this one's: it moves here, and the other publish's own
+    /// return is still to come. Without this, that other publish would keep the only pooled
+    /// return while this one is acked.
+    fn take_identical_return(&mut self, seq: u64) {
+        let Some(acked) = self.entries.get(&seq) else {
+            return;
+        };
+        if acked.returned.is_some() {
+            return;
+        }
+        let donor = self.holding.iter().copied().find(|other| {
+            self.entries.get(other).is_some_and(|entry| {
+                entry
+                    .returned
+                    .as_ref()
+                    .is_some_and(|returned| acked.could_be(returned))
+            })
+        });
+        let Some(donor) = donor else { return };
+        self.holding.remove(&donor);
+        let returned = self.entries.get_mut(&donor).and_then(|e| e.returned.take());
+        if let Some(entry) = self.entries.get_mut(&seq) {
+            entry.returned = returned;
+        }
+    }
+
+    /// `None` while a return hidden inside lapin could still be this acked publish's; then
+    /// whether the outcome is known (`false`: the channel failed before it could be).
+    fn ack_attribution(&self, entry: &Entry, covering: bool, quiescent: bool) -> Option<bool> {
+        let done = entry.done.as_ref()?;
+        if entry.returned.is_some() {
+            return Some(true);
+        }
+        match done.kind {
+            DoneKind::CleanAck => (covering && done.round < self.round).then_some(true),
+            DoneKind::CarryingAck => {
+                let later_clean = match (done.next_started, self.clean_max) {
+                    (Some(next), Some(clean)) => clean >= next,
+                    _ => false,
+                };
+                if covering && later_clean {
+                    Some(true)
+                } else {
+                    quiescent.then_some(!self.failed)
+                }
+            }
+            DoneKind::Nack | DoneKind::Failed(_) => Some(true),
+        }
+    }
+}
+
+impl Entry {
+    /// Whether `returned` has this publish's content (properties aside: the broker may encode
+    /// them differently on the way back).
+    fn could_be(&self, returned: &ReturnedMessage) -> bool {
+        let sent = &self.message;
+        sent.mandatory
+            && sent.body == returned.body
+            && sent.routing_key == returned.routing_key
+            && sent.exchange == returned.exchange
+    }
+
+    /// Answers the caller. An ack is `attributed` unless the channel failed before it was
+    /// certain that no return hidden inside lapin is its own.
+    fn answer(self, attributed: bool) {
+        let exchange = &self.message.exchange;
+        let outcome = match (self.done.map(|done| done.kind), self.returned) {
+            (Some(DoneKind::Failed(failure)), _) => Err(failure.into_error(exchange)),
+            (Some(DoneKind::Nack), _) => Ok(PublishOutcome::Nacked),
+            (Some(_), Some(returned)) => Ok(PublishOutcome::Returned(returned)),
+            (Some(_), None) if attributed => Ok(PublishOutcome::Acked),
+            _ => Err(unattributed(exchange)),
+        };
+        let _ = self.answer.send(outcome);
+    }
+}
+
+impl<F> Drop for Tracker<F> {
+    fn drop(&mut self) {
+        for entry in std::mem::take(&mut self.entries).into_values() {
+            let _ = entry
+                .answer
+                .send(Err(unattributed(&entry.message.exchange)));
+        }
+    }
+}
+
+struct Tagged<F> {
+    seq: u64,
+    confirm: F,
+}
+
+impl<F> Future for Tagged<F>
+where
+    F: Future<Output = Answer> + Unpin,
+{
+    type Output = (u64, Answer);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let seq = self.seq;
+        Pin::new(&mut self.confirm)
+            .poll(cx)
+            .map(|answer| (seq, answer))
+    }
+}
+
+/// Forwards wakes to the task and remembers that one happened.
+struct WakeDetector {
+    woken: AtomicBool,
+    inner: Waker,
+}
+
+impl Wake for WakeDetector {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        self.inner.wake_by_ref();
+    }
+}
