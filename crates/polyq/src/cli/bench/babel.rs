@@ -5,7 +5,10 @@
 //! publishes awaiting the broker), consume them with a worker (no-op handler), then publish N
 //! more while a worker consumes them concurrently (end to end). The Python SDK has no concurrent
 //! publisher, so it publishes N and then consumes N; its figure is compared with ours over the
-//! same two phases (N over publish time plus consume time).
+//! same two phases (N over publish time plus consume time). `--compare-raw` measures the same two
+//! phases with lapin used directly on the same durable queue, bodies and properties (confirmed,
+//! persistent, no envelope logic): the most any client that waits for confirms can do on this
+//! broker, and so the largest ratio over the Python SDK any such client could show.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -72,6 +75,10 @@ pub(crate) struct BabelArgs {
     /// (`memory://`, `amqp://`, `amqps://`).
     #[arg(long)]
     compare_acemq: bool,
+    /// Also runs raw lapin's publish and consume phases on the same queue and bodies in this
+    /// run (`amqp://`, `amqps://`): the broker's ceiling for a client that waits for confirms.
+    #[arg(long)]
+    compare_raw: bool,
 }
 
 /// The Redis key layouts.
@@ -124,20 +131,32 @@ pub(super) async fn run(args: BabelArgs) -> anyhow::Result<()> {
         polyq_amqp::redact_url(&args.url)
     );
 
+    anyhow::ensure!(
+        !args.compare_raw || scheme.starts_with("amqp"),
+        "--compare-raw needs a RabbitMQ broker (amqp://, amqps://)"
+    );
     let queue = BabelQueue::builder(&args.url)
         .queue(unique_queue())
         .options(connect_options(&args))
         .connect()
         .await?;
     let figures = measure(&queue, &args).await;
+    let raw = match (&figures, args.compare_raw) {
+        (Ok(_), true) => Some(raw_publish_then_consume(&queue, &args).await),
+        _ => None,
+    };
     remove(&args.url, &queue).await?;
     let figures = figures?;
-    let sequential = f64::from(args.messages)
-        / (f64::from(args.messages) / figures.publish + f64::from(args.messages) / figures.consume);
+    let raw = raw.transpose()?;
+    let sequential = sequential_rate(args.messages, figures.publish, figures.consume);
     println!("publish: {:.0} jobs/s", figures.publish);
     println!("consume: {:.0} jobs/s", figures.consume);
     println!("publish then consume: {sequential:.0} jobs/s");
     println!("end-to-end: {:.0} jobs/s", figures.end_to_end);
+    if let Some(raw) = raw {
+        println!("raw lapin publish then consume: {raw:.0} msg/s");
+        println!("ratio vs raw lapin: {:.3}", sequential / raw);
+    }
 
     if let Some(python) = &args.python {
         let python_queue = queue.on_queue(unique_queue());
@@ -152,6 +171,12 @@ pub(super) async fn run(args: BabelArgs) -> anyhow::Result<()> {
             "ratio vs python SDK: {:.1}",
             sequential / figures.publish_then_consume
         );
+        if let Some(raw) = raw {
+            println!(
+                "ceiling (raw lapin) vs python SDK: {:.1}",
+                raw / figures.publish_then_consume
+            );
+        }
     }
     if args.compare_acemq {
         let body = queue_body(&queue)?;
@@ -160,6 +185,41 @@ pub(super) async fn run(args: BabelArgs) -> anyhow::Result<()> {
         println!("ratio vs acemq: {:.3}", figures.end_to_end / acemq_rate);
     }
     Ok(())
+}
+
+/// N over the time of publishing N and then consuming N, from the two phases' rates.
+fn sequential_rate(messages: u32, publish: f64, consume: f64) -> f64 {
+    let messages = f64::from(messages);
+    messages / (messages / publish + messages / consume)
+}
+
+/// Raw lapin publishing (confirmed, mandatory, window `--window`) and then consuming (prefetch
+/// `--prefetch`) `--messages` reference bodies with the binding's properties, on `queue`'s own
+/// durable queue (empty after the babelqueue phases): N over both phases' time.
+async fn raw_publish_then_consume(queue: &BabelQueue, args: &BabelArgs) -> anyhow::Result<f64> {
+    let settings = Settings {
+        messages: args.messages,
+        body: queue_body(queue)?,
+        window: args.window,
+        prefetch: args.prefetch,
+        slice: args.messages,
+        raw_properties: lapin::BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into()),
+    };
+    let raw = super::raw::Raw::connect(&args.url).await?;
+    let phases = async {
+        let publish = raw.publish(queue.queue(), args.messages, &settings).await?;
+        let consume = raw.consume(queue.queue(), args.messages, &settings).await?;
+        anyhow::Ok(sequential_rate(
+            args.messages,
+            rate(args.messages, publish),
+            rate(args.messages, consume),
+        ))
+    }
+    .await;
+    raw.close().await?;
+    phases
 }
 
 /// The rates of the three phases, jobs per second.
