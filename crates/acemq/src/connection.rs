@@ -96,6 +96,12 @@ impl AceMq {
         &self.shared.client
     }
 
+    /// The connection's health: up (and whether the broker blocks publishing), recovering, or
+    /// closed; [`Client::health_watch`] waits for changes.
+    pub fn health(&self) -> polyq_amqp::Health {
+        self.shared.client.health()
+    }
+
     /// A publisher of `T` as JSON to `exchange` (`""` is the default exchange) with
     /// `routing_key`; see [`Publisher`] for its options.
     pub fn publisher<T: serde::Serialize + ?Sized>(

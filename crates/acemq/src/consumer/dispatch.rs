@@ -1,5 +1,5 @@
 //! The dispatch loop of one consumer: deliveries to handler tasks, at most `concurrency` at
-//! once, and the drain.
+//! once, pause and resume, and the drain.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, StreamExt};
-use polyq_amqp::Delivery;
-use tokio::sync::oneshot;
+use polyq_amqp::{ConsumeOptions, Delivery};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -18,6 +18,7 @@ use crate::Envelope;
 use crate::codec::Decoders;
 use crate::connection::AceMq;
 use crate::engine::{Engine, Held};
+use crate::runtime_error::RuntimeError;
 use crate::telemetry::{self, ConsumeResult};
 
 /// What the handler tasks of one consumer share.
@@ -27,7 +28,19 @@ pub(super) struct Worker<T> {
     pub(super) decoders: Decoders<T>,
     pub(super) handler: BoxHandler<T>,
     pub(super) in_flight: Arc<AtomicUsize>,
+    /// How to subscribe, on start and on each resume.
+    pub(super) subscription: ConsumeOptions,
     pub(super) engine: Engine,
+}
+
+/// What the application's handle asks of the dispatcher.
+pub(super) enum Control {
+    /// Stop the subscription; answer once it is cancelled.
+    Pause(oneshot::Sender<()>),
+    /// Subscribe again unless subscribed.
+    Resume(oneshot::Sender<Result<(), RuntimeError>>),
+    /// Stop for good, letting running handlers finish within the timeout.
+    Drain(Duration),
 }
 
 /// How one handler task ended.
@@ -36,56 +49,71 @@ enum Ended {
     Interrupted,
 }
 
-/// Runs until asked to drain (or until the delivery stream ends), then drains.
+/// Runs until asked to drain (or until the handle is dropped), then drains. While paused, or
+/// after the delivery stream ended on its own, there is no subscription: running handlers
+/// carry on and the loop waits for the application's next request.
 pub(super) async fn run<T: Send + 'static>(
     worker: Arc<Worker<T>>,
-    mut stream: polyq_amqp::Consumer,
+    stream: polyq_amqp::Consumer,
     concurrency: usize,
-    mut drain: oneshot::Receiver<Duration>,
+    mut controls: mpsc::UnboundedReceiver<Control>,
 ) -> DrainReport {
     let mut tasks: JoinSet<Ended> = JoinSet::new();
     let mut report = DrainReport::default();
+    let mut subscribed = Some(stream);
     let timeout = loop {
         tokio::select! {
             biased;
-            timeout = &mut drain => break timeout.unwrap_or(super::DROP_DRAIN_TIMEOUT),
+            control = controls.recv() => match control {
+                Some(Control::Drain(timeout)) => break timeout,
+                // The handle was dropped.
+                None => break super::DROP_DRAIN_TIMEOUT,
+                Some(Control::Pause(done)) => {
+                    if let Some(stream) = subscribed.take() {
+                        let returned = worker.unsubscribe(stream).await;
+                        tracing::debug!(queue = %worker.queue, returned, "consumer paused");
+                    }
+                    let _ = done.send(());
+                }
+                Some(Control::Resume(done)) => {
+                    let resumed = match subscribed {
+                        Some(_) => Ok(()),
+                        None => worker.subscribe().await.map(|stream| {
+                            tracing::debug!(queue = %worker.queue, "consumer resumed");
+                            report.ended = None;
+                            subscribed = Some(stream);
+                        }),
+                    };
+                    let _ = done.send(resumed);
+                }
+            },
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Err(error) = joined {
                     tracing::error!(queue = %worker.queue, %error, "a consumer task failed");
                 }
             }
-            next = stream.next(), if tasks.len() < concurrency => match next {
+            next = next_delivery(&mut subscribed), if tasks.len() < concurrency => match next {
                 Some(Ok(delivery)) => {
                     worker.in_flight.fetch_add(1, Ordering::AcqRel);
                     tasks.spawn(Arc::clone(&worker).process(delivery));
                 }
-                Some(Err(error)) => {
-                    tracing::error!(queue = %worker.queue, %error, "consumer stopped");
-                    report.ended = Some(error.to_string());
-                    break wait_for_drain(drain).await;
-                }
-                None => {
-                    report.ended = Some("the connection was closed".to_owned());
-                    break wait_for_drain(drain).await;
+                ended => {
+                    report.ended = Some(match ended {
+                        Some(Err(error)) => {
+                            tracing::error!(queue = %worker.queue, %error, "consumer stopped");
+                            error.to_string()
+                        }
+                        _ => "the connection was closed".to_owned(),
+                    });
+                    if let Some(stream) = subscribed.take() {
+                        report.returned += worker.unsubscribe(stream).await;
+                    }
                 }
             },
         }
     };
-    // Deliveries already received but not handed to a handler: collect them before the
-    // cancel (giving them back earlier would let the broker send them straight back), then
-    // return them.
-    let mut unhandled = Vec::new();
-    while let Some(Some(Ok(delivery))) = stream.next().now_or_never() {
-        unhandled.push(delivery);
-    }
-    if let Err(error) = stream.cancel().await {
-        tracing::debug!(queue = %worker.queue, %error, "cancelling the consumer failed; its channel closes instead");
-    }
-    for delivery in unhandled {
-        if let Err(error) = delivery.nack(true).await {
-            tracing::debug!(queue = %worker.queue, %error, "returning an unhandled delivery failed; the broker redelivers it");
-        }
-        report.returned += 1;
+    if let Some(stream) = subscribed.take() {
+        report.returned += worker.unsubscribe(stream).await;
     }
 
     let deadline = tokio::time::Instant::now() + timeout;
@@ -106,10 +134,14 @@ pub(super) async fn run<T: Send + 'static>(
     report
 }
 
-/// After the stream ended on its own, waits for the application's drain (or the handle's
-/// drop) so the report reaches it.
-async fn wait_for_drain(drain: oneshot::Receiver<Duration>) -> Duration {
-    drain.await.unwrap_or(super::DROP_DRAIN_TIMEOUT)
+/// The subscription's next delivery; never, while there is no subscription.
+async fn next_delivery(
+    subscribed: &mut Option<polyq_amqp::Consumer>,
+) -> Option<polyq_amqp::Result<Delivery>> {
+    match subscribed {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn note(joined: Result<Ended, tokio::task::JoinError>, report: &mut DrainReport) {
@@ -125,6 +157,37 @@ fn note(joined: Result<Ended, tokio::task::JoinError>, report: &mut DrainReport)
 }
 
 impl<T: Send + 'static> Worker<T> {
+    /// Subscribes to the queue.
+    pub(super) async fn subscribe(&self) -> Result<polyq_amqp::Consumer, RuntimeError> {
+        Ok(self
+            .mq
+            .shared
+            .client
+            .consume(&self.queue, &self.subscription)
+            .await?)
+    }
+
+    /// Cancels the subscription and gives the deliveries received but not handed to a handler
+    /// back to the broker, returning how many. Handlers already running keep their deliveries.
+    async fn unsubscribe(&self, mut stream: polyq_amqp::Consumer) -> usize {
+        // Collected before the cancel: giving them back earlier would let the broker send them
+        // straight back.
+        let mut unhandled = Vec::new();
+        while let Some(Some(Ok(delivery))) = stream.next().now_or_never() {
+            unhandled.push(delivery);
+        }
+        if let Err(error) = stream.cancel().await {
+            tracing::debug!(queue = %self.queue, %error, "cancelling the consumer failed; its channel closes instead");
+        }
+        let returned = unhandled.len();
+        for delivery in unhandled {
+            if let Err(error) = delivery.nack(true).await {
+                tracing::debug!(queue = %self.queue, %error, "returning an unhandled delivery failed; the broker redelivers it");
+            }
+        }
+        returned
+    }
+
     async fn process(self: Arc<Self>, delivery: Delivery) -> Ended {
         let ended = self.handle(delivery).await;
         self.in_flight.fetch_sub(1, Ordering::AcqRel);

@@ -1,5 +1,5 @@
-//! Consuming: a handler per delivery, its outcome carried out by the retry engine, and a
-//! graceful drain.
+//! Consuming: a handler per delivery, its outcome carried out by the retry engine, pause and
+//! resume, and a graceful drain.
 //!
 //! For each delivery: the envelope is read from the headers, the body decoded by content type
 //! (undecodable → `Q.parked` with the original bytes), consume interceptors run, the handler
@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use polyq_amqp::ConsumeOptions;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -161,20 +161,13 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
         O: IntoOutcome + 'static,
     {
         self.check()?;
-        let client = &self.mq.shared.client;
         if self.declare {
             declare(
-                client,
+                &self.mq.shared.client,
                 &TopologyPlan::for_consumer(&self.queue, &self.policy),
             )
             .await?;
         }
-        let stream = client
-            .consume(
-                &self.queue,
-                &ConsumeOptions::default().prefetch(self.prefetch),
-            )
-            .await?;
         let handler: BoxHandler<T> =
             Box::new(move |message| handler(message).map(IntoOutcome::into_outcome).boxed());
         let queue: Arc<str> = Arc::from(self.queue.as_str());
@@ -186,6 +179,7 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
             decoders: self.decoders,
             handler,
             in_flight: Arc::clone(&in_flight),
+            subscription: ConsumeOptions::default().prefetch(self.prefetch),
             engine: Engine {
                 shared: Arc::clone(&self.mq.shared),
                 queue,
@@ -194,12 +188,13 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
                 abort,
             },
         });
-        let (drain_tx, drain_rx) = oneshot::channel();
-        let task = tokio::spawn(dispatch::run(worker, stream, self.concurrency, drain_rx));
+        let stream = worker.subscribe().await?;
+        let (control, controls) = mpsc::unbounded_channel();
+        let task = tokio::spawn(dispatch::run(worker, stream, self.concurrency, controls));
         tracing::debug!(queue = %self.queue, prefetch = self.prefetch, concurrency = self.concurrency, "consumer started");
         Ok(Consumer {
             queue: self.queue,
-            drain: Some(drain_tx),
+            control,
             task: Some(task),
             in_flight,
         })
@@ -241,12 +236,14 @@ async fn declare(client: &polyq_amqp::Client, plan: &TopologyPlan) -> Result<(),
     Ok(())
 }
 
-/// A running consumer. Stop it with [`Consumer::drain`]; dropping it drains in the background
-/// with a [`DROP_DRAIN_TIMEOUT`] deadline.
+/// A running consumer. [`Consumer::pause`] and [`Consumer::resume`] stop and restart its
+/// subscription; stop it for good with [`Consumer::drain`]. Dropping it drains in the
+/// background with a [`DROP_DRAIN_TIMEOUT`] deadline.
 #[must_use = "dropping a consumer stops it"]
 pub struct Consumer {
     queue: String,
-    drain: Option<oneshot::Sender<Duration>>,
+    /// Dropping it asks the dispatcher to drain.
+    control: mpsc::UnboundedSender<dispatch::Control>,
     task: Option<JoinHandle<DrainReport>>,
     in_flight: Arc<AtomicUsize>,
 }
@@ -271,16 +268,72 @@ impl Consumer {
         self.in_flight.load(Ordering::Acquire)
     }
 
+    /// Stops taking deliveries without stopping the consumer: cancels its subscription on the
+    /// broker and gives the deliveries received but not yet handled back to it, as
+    /// [`Consumer::drain`] does. Handlers already running finish and settle their deliveries
+    /// as usual. Messages arriving meanwhile wait in the queue (or go to other consumers)
+    /// until [`Consumer::resume`]; a connection recovered while paused does not resume it.
+    /// Pausing a paused consumer does nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use acemq::{AceMq, Message};
+    /// use polyq_amqp::QueueSpec;
+    ///
+    /// let mq = AceMq::connect("memory://doc-pause").await?;
+    /// mq.client().declare_queue(&QueueSpec::new("invoices")).await?;
+    /// let (seen, mut received) = tokio::sync::mpsc::unbounded_channel();
+    /// let consumer = mq
+    ///     .consume("invoices", move |message: Message<u32>| {
+    ///         let seen = seen.clone();
+    ///         async move { seen.send(*message.payload()).ok(); }
+    ///     })
+    ///     .await?;
+    ///
+    /// consumer.pause().await;
+    /// mq.publisher::<u32>("", "invoices").send(&1).await?;
+    /// assert_eq!(mq.client().inspect_queue("invoices").await?.message_count, 1);
+    ///
+    /// consumer.resume().await?;
+    /// assert_eq!(received.recv().await, Some(1));
+    /// assert!(consumer.drain(Duration::from_secs(5)).await.is_clean());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn pause(&self) {
+        let (done, paused) = oneshot::channel();
+        if self.control.send(dispatch::Control::Pause(done)).is_ok() {
+            // The dispatcher answers unless it is gone, and then nothing consumes anyway.
+            let _ = paused.await;
+        }
+    }
+
+    /// Subscribes again with the same settings after [`Consumer::pause`], or after the
+    /// consumer stopped on its own (its queue was deleted, say) once the cause is gone.
+    /// Resuming a running consumer does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Transport`] when the broker refuses the subscription (no such queue)
+    /// or the connection is closed; the consumer stays paused.
+    pub async fn resume(&self) -> Result<(), RuntimeError> {
+        let (done, resumed) = oneshot::channel();
+        self.control
+            .send(dispatch::Control::Resume(done))
+            .map_err(|_| polyq_amqp::Error::Closed)?;
+        resumed.await.map_err(|_| polyq_amqp::Error::Closed)?
+    }
+
     /// Stops taking deliveries, lets running handlers finish (up to `timeout`), gives the
     /// deliveries received but not yet handled back to the broker, and reports what happened.
     /// Handlers still running at the deadline are interrupted and their deliveries given back
     /// too. Deliveries the broker was still sending when the consumer was cancelled are
-    /// returned by the broker itself.
+    /// returned by the broker itself. A paused consumer drains the same way.
     pub async fn drain(mut self, timeout: Duration) -> DrainReport {
-        if let Some(drain) = self.drain.take() {
-            // Fails only when the dispatcher already stopped on its own.
-            let _ = drain.send(timeout);
-        }
+        // Fails only when the dispatcher already stopped on its own.
+        let _ = self.control.send(dispatch::Control::Drain(timeout));
         let task = self.task.take();
         match task {
             Some(task) => task.await.unwrap_or_else(|error| DrainReport {
@@ -288,14 +341,6 @@ impl Consumer {
                 ..DrainReport::default()
             }),
             None => DrainReport::default(),
-        }
-    }
-}
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        if let Some(drain) = self.drain.take() {
-            let _ = drain.send(DROP_DRAIN_TIMEOUT);
         }
     }
 }
