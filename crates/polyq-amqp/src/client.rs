@@ -258,6 +258,13 @@ impl Client {
         dispatch!(self.declare_exchange(spec))
     }
 
+    /// Checks that an exchange exists without declaring it (passive declare); [`Error::NotFound`]
+    /// when it does not. Only existence is proven: a passive declare carries no type or flags to
+    /// compare, so an exchange of another type passes too.
+    pub async fn inspect_exchange(&self, name: &str) -> Result<()> {
+        dispatch!(self.inspect_exchange(name))
+    }
+
     /// Deletes an exchange.
     pub async fn delete_exchange(&self, name: &str) -> Result<()> {
         dispatch!(self.delete_exchange(name))
@@ -310,13 +317,6 @@ impl Client {
     pub async fn consume(&self, queue: &str, options: &ConsumeOptions) -> Result<Consumer> {
         dispatch!(self.consume(queue, options))
     }
-    /// Checks that an exchange exists without declaring it (passive declare); [`Error::NotFound`]
-    /// when it does not. Only existence is proven: a passive declare carries no type or flags to
-    /// compare, so an exchange of another type passes too.
-    pub async fn inspect_exchange(&self, name: &str) -> Result<()> {
-        dispatch!(self.inspect_exchange(name))
-    }
-
 
     /// Closes the connection; unsettled deliveries go back to their queues.
     pub async fn close(&self) -> Result<()> {

@@ -87,6 +87,15 @@ impl AmqpClient {
         Ok(())
     }
 
+    pub(crate) async fn inspect_exchange(&self, name: &str) -> Result<()> {
+        let operation = format!("inspect exchange `{name}`");
+        let op = Op::inspect_exchange(&operation, name)?;
+        self.shared()
+            .run_op(&operation, Some(Target::exchange(name)), &op)
+            .await
+            .map(drop)
+    }
+
     pub(crate) async fn delete_exchange(&self, name: &str) -> Result<()> {
         let operation = format!("delete exchange `{name}`");
         let op = Op::delete_exchange(&operation, name)?;
@@ -98,15 +107,6 @@ impl AmqpClient {
     }
 
     pub(crate) async fn declare_queue(&self, spec: &QueueSpec) -> Result<QueueInfo> {
-    pub(crate) async fn inspect_exchange(&self, name: &str) -> Result<()> {
-        let operation = format!("inspect exchange `{name}`");
-        let op = Op::inspect_exchange(&operation, name)?;
-        self.shared()
-            .run_op(&operation, Some(Target::exchange(name)), &op)
-            .await
-            .map(drop)
-    }
-
         let operation = format!("declare queue `{}`", spec.name);
         let op = Op::declare_queue(&operation, spec)?;
         let info = queue_info(

@@ -73,6 +73,11 @@ impl MemoryClient {
         self.open()?.broker.declare_exchange(spec)
     }
 
+    pub(crate) async fn inspect_exchange(&self, name: &str) -> Result<()> {
+        limits::short(&format!("inspect exchange `{name}`"), "exchange name", name)?;
+        self.open()?.broker.inspect_exchange(name)
+    }
+
     pub(crate) async fn delete_exchange(&self, name: &str) -> Result<()> {
         limits::short(&format!("delete exchange `{name}`"), "exchange name", name)?;
         self.open()?.broker.delete_exchange(name)
@@ -84,11 +89,6 @@ impl MemoryClient {
         limits::table(&operation, &spec.arguments)?;
         let connection = self.open()?;
         let (queue, created) = connection.broker.declare_queue(connection.id, spec)?;
-    pub(crate) async fn inspect_exchange(&self, name: &str) -> Result<()> {
-        limits::short(&format!("inspect exchange `{name}`"), "exchange name", name)?;
-        self.open()?.broker.inspect_exchange(name)
-    }
-
         if created {
             if queue.spec.exclusive {
                 connection.owns(&queue);
