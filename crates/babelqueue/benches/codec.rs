@@ -153,22 +153,39 @@ fn python_envelope_us() -> Option<f64> {
 
 criterion_group!(codec, benches);
 
-/// `codec count <typed|value> <envelope|plain> <n>` runs `n` round trips and nothing else, for
-/// counting instructions under `valgrind --tool=callgrind` (repeatable on a loaded machine):
-/// the difference between two counts of different `n`, divided, is the cost of one round trip.
+/// `codec count <typed|value> <side> <n>` runs `n` times one side and nothing else, for counting
+/// instructions under `valgrind --tool=callgrind` (repeatable on a loaded machine): the
+/// difference between two counts of different `n`, divided, is the cost of one run. Sides: the
+/// round trips `envelope` and `plain`; the pieces `make`, `encode`, `decode`; and `parse`,
+/// `serde_json` checking the same body without building anything (the floor of any strict decode).
 fn count(args: &[String]) {
     let [payload, side, n] = args else {
-        panic!("usage: codec count <typed|value> <envelope|plain> <n>");
+        panic!("usage: codec count <typed|value> <side> <n>");
     };
     let n: u32 = n.parse().expect("n is a count");
     fn run<T: Serialize + serde::de::DeserializeOwned>(payload: &T, side: &str, n: u32) {
-        let round_trip = match side {
-            "envelope" => envelope_round_trip::<T>,
-            "plain" => plain_round_trip::<T>,
-            other => panic!("unknown side {other}"),
+        let make = || {
+            babelqueue::make(
+                "urn:babel:orders:created",
+                black_box(payload),
+                MakeOptions::new().queue("orders"),
+            )
+            .expect("payload is an object")
         };
+        let made = make();
+        let body = made.encode().expect("envelope has a URN");
         for _ in 0..n {
-            black_box(round_trip(black_box(payload)));
+            match side {
+                "envelope" => drop(black_box(envelope_round_trip(black_box(payload)))),
+                "plain" => drop(black_box(plain_round_trip(black_box(payload)))),
+                "make" => drop(black_box(make())),
+                "encode" => drop(black_box(black_box(&made).encode())),
+                "decode" => drop(black_box(babelqueue::decode(black_box(body.as_bytes())))),
+                "parse" => drop(black_box(serde_json::from_str::<serde::de::IgnoredAny>(
+                    black_box(&body),
+                ))),
+                other => panic!("unknown side {other}"),
+            }
         }
     }
     match payload.as_str() {

@@ -5,12 +5,12 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, RwLock};
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::envelope::{Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, Slot, pointer};
 use crate::error::PoisonCause;
-use crate::typed::{Frame, Key, NOT_INTEGER, NOT_STRING, Typed, integer};
+use crate::typed::{Frame, FrameSeed, Key, NOT_INTEGER, NOT_STRING, Typed, integer};
 use crate::whitespace::is_blank;
 
 /// Something a decode dropped or ignored, named by its RFC 6901 pointer.
@@ -281,10 +281,12 @@ fn extras(
 /// ```
 pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
     let text = std::str::from_utf8(body).map_err(|_| PoisonCause::NotUtf8)?;
-    let frame: Frame<'_> = match serde_json::from_str(text) {
-        Ok(frame) => frame,
-        Err(error) => return Err(parse_failure(text, error)),
-    };
+    let mut frame = Frame::default();
+    let mut parser = serde_json::Deserializer::from_str(text);
+    FrameSeed(&mut frame)
+        .deserialize(&mut parser)
+        .and_then(|()| parser.end())
+        .map_err(|error| parse_failure(text, error))?;
     if let Some((pointer, problem)) = frame.wrong {
         return Err(member_error(pointer, problem));
     }
@@ -299,7 +301,8 @@ pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
     let meta = match frame.meta {
         None | Some(Typed::Other) => Slot::Absent,
         Some(Typed::Null) => Slot::Null,
-        Some(Typed::Value(fields)) => {
+        Some(Typed::Value(())) => {
+            let fields = frame.meta_fields;
             for key in FORBIDDEN_META {
                 if fields.forbidden.contains(&key) {
                     warnings.push(dropped(&pointer(&["meta", key])));

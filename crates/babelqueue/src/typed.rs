@@ -5,7 +5,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::value::RawValue;
 
 /// A member name, borrowed from the body unless it holds escapes.
@@ -133,15 +135,26 @@ fn check<T>(
 pub(crate) const NOT_STRING: &str = "is not a string";
 pub(crate) const NOT_INTEGER: &str = "is not an integer that fits 64 bits";
 
-struct MetaVisitor;
+/// Reads `meta` in place: an object fills the fields (anew for a repeated `meta`) and reads as
+/// `Typed::Value(())`. Returning the fields by value would copy them through every layer of the
+/// parser.
+pub(crate) struct MetaSeed<'a, 'de>(pub(crate) &'a mut MetaFields<'de>);
 
-impl<'de> Visitor<'de> for MetaVisitor {
-    type Value = Typed<MetaFields<'de>>;
+impl<'de> DeserializeSeed<'de> for MetaSeed<'_, 'de> {
+    type Value = Typed<()>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetaSeed<'_, 'de> {
+    type Value = Typed<()>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut meta = MetaFields::default();
+        let meta = self.0;
+        *meta = MetaFields::default();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             match key.as_ref() {
                 "id" => check(
@@ -201,7 +214,7 @@ impl<'de> Visitor<'de> for MetaVisitor {
                 }
             }
         }
-        Ok(Typed::Value(meta))
+        Ok(Typed::Value(()))
     }
     other_types!(
         visit_bool(bool),
@@ -213,12 +226,6 @@ impl<'de> Visitor<'de> for MetaVisitor {
     drain_containers!();
 }
 
-impl<'de> Deserialize<'de> for Typed<MetaFields<'de>> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(MetaVisitor)
-    }
-}
-
 /// The top level of a body, in one pass.
 #[derive(Debug, Default)]
 pub(crate) struct Frame<'de> {
@@ -227,7 +234,9 @@ pub(crate) struct Frame<'de> {
     pub(crate) trace_id: Option<Typed<String>>,
     pub(crate) attempts: Option<Typed<i64>>,
     pub(crate) data: Option<&'de RawValue>,
-    pub(crate) meta: Option<Typed<MetaFields<'de>>>,
+    /// What `meta` held; its fields are in `meta_fields` when it was an object.
+    pub(crate) meta: Option<Typed<()>>,
+    pub(crate) meta_fields: MetaFields<'de>,
     pub(crate) dead_letter: Option<&'de RawValue>,
     pub(crate) timestamp: bool,
     pub(crate) extras: Vec<(Cow<'de, str>, &'de RawValue)>,
@@ -280,16 +289,20 @@ fn object_or_null(raw: &RawValue) -> bool {
     text.starts_with('{') || text == "null"
 }
 
-impl<'de> Deserialize<'de> for Frame<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FrameVisitor;
-        impl<'de> Visitor<'de> for FrameVisitor {
-            type Value = Frame<'de>;
+/// Reads a body's top level into a [`Frame`] in place, for the reason [`MetaSeed`] does.
+pub(crate) struct FrameSeed<'a, 'de>(pub(crate) &'a mut Frame<'de>);
+
+impl<'de> DeserializeSeed<'de> for FrameSeed<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        struct FrameVisitor<'a, 'de>(&'a mut Frame<'de>);
+        impl<'de> Visitor<'de> for FrameVisitor<'_, 'de> {
+            type Value = ();
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut frame = Frame::default();
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+                let frame = self.0;
                 while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
                     match key.as_ref() {
                         "job" => {
@@ -336,13 +349,13 @@ impl<'de> Deserialize<'de> for Frame<'de> {
                             frame.dead_letter = Some(value);
                         }
                         "meta" => {
-                            let value: Typed<MetaFields<'de>> = map.next_value()?;
-                            match &value {
+                            let value = map.next_value_seed(MetaSeed(&mut frame.meta_fields))?;
+                            match value {
                                 Typed::Other => {
                                     frame.flag(|| "/meta".to_owned(), "is not an object")
                                 }
-                                Typed::Value(meta) => {
-                                    if let Some((key, problem)) = meta.wrong {
+                                Typed::Value(()) => {
+                                    if let Some((key, problem)) = frame.meta_fields.wrong {
                                         frame.flag(|| format!("/meta/{key}"), problem);
                                     }
                                 }
@@ -360,9 +373,9 @@ impl<'de> Deserialize<'de> for Frame<'de> {
                         }
                     }
                 }
-                Ok(frame)
+                Ok(())
             }
         }
-        deserializer.deserialize_map(FrameVisitor)
+        deserializer.deserialize_map(FrameVisitor(self.0))
     }
 }
