@@ -1,15 +1,26 @@
 //! Redrive (ADR-0026, reference §4.6): move messages off a dead-letter queue back to where they
 //! came from, reset for another round of attempts.
 //!
-//! The dead-letter queue is drained first (up to `max`), so nothing restored is seen twice. Then,
-//! in order, each message is either
-//! - **restored** unchanged to the dead-letter queue: undecodable records (poison), messages the
-//!   selection predicate turns down, everything on a dry run; or
+//! A redrive reads the dead-letter queue's depth first and takes that many messages (at most
+//! `max`) off its head, one at a time, settling each before taking the next, so it holds one
+//! message at a time and a prefetch window never limits how many it gets through. Each is either
+//! - **restored**, byte-identical with its headers, to the **end** of the dead-letter queue
+//!   ([`Transport::move_to_end`]): undecodable records (poison), messages the selection
+//!   predicate turns down, messages with no queue to go to, everything on a dry run; or
 //! - **redriven**: `dead_letter` removed, `attempts` reset to 0, every other key (unknown ones
 //!   included) kept as it was, published to the target — `to_queue` when set, else the block's
 //!   `original_queue`, else `meta.queue` — and only then acknowledged on the dead-letter queue.
 //!
-//! A failed publish restores that message and every one not yet handled, then returns the error.
+//! Restored messages land behind the ones still to be taken, so none is met twice, and they keep
+//! their relative order: a dry run, or a redrive that restores everything, leaves the queue as it
+//! was; otherwise the restored ones end up behind anything dead-lettered while the redrive ran, as
+//! the other SDKs' redrives leave them. This assumes the redrive is the dead-letter queue's only
+//! consumer while it runs (another one taking messages makes it stop early, when the queue runs
+//! dry, rather than meet its own restored messages).
+//!
+//! A failed publish restores that message and returns the error; the ones already settled stay
+//! settled and the rest stay where they are. A failed acknowledgement after a publish also stops
+//! the redrive: that message stays on the dead-letter queue and a later redrive publishes it again.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -32,7 +43,6 @@
 //! # }
 //! ```
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,7 +107,8 @@ impl RedriveOptions {
         self
     }
 
-    /// Takes at most `max` messages off the dead-letter queue (default 0: all there are).
+    /// Takes at most `max` messages off the dead-letter queue (default 0: all it holds when the
+    /// redrive starts).
     pub fn max(mut self, max: usize) -> Self {
         self.max = max;
         self
@@ -122,8 +133,8 @@ impl RedriveOptions {
         self
     }
 
-    /// How long the drain waits for the next message before it considers the queue empty
-    /// (default 1 s).
+    /// How long one reserve waits for the next message before the queue counts as empty
+    /// (default 1 s); it only waits when something else took messages off the queue meanwhile.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -181,41 +192,26 @@ pub struct RedriveReport {
 /// Redrives the dead-letter queue `dlq` over `transport` (see the module documentation).
 ///
 /// # Errors
-/// The binding's error when the drain cannot reserve, or when a publish to a target fails (that
-/// message and every one not yet handled are restored first).
+/// The binding's error when the depth cannot be read, a reserve fails, or a message cannot be
+/// settled; the message in hand is restored first where it still can be, everything already
+/// settled stays settled, and the rest stays on the dead-letter queue.
 pub async fn redrive<T: Transport>(
     transport: &T,
     dlq: &str,
     options: &RedriveOptions,
 ) -> Result<RedriveReport> {
-    let mut drained = VecDeque::new();
-    let drain = drain(transport, dlq, options, &mut drained).await;
+    let depth = usize::try_from(transport.depth(dlq).await?).unwrap_or(usize::MAX);
+    let limit = if options.max == 0 {
+        depth
+    } else {
+        depth.min(options.max)
+    };
+    let mut report = RedriveReport::default();
+    let settled = settle_each(transport, dlq, options, limit, &mut report).await;
     if let Err(error) = transport.unsubscribe(dlq).await {
         warn!(dlq, %error, "could not hand back prefetched dead-letter messages");
     }
-    if let Err(error) = drain {
-        restore_all(transport, dlq, drained).await;
-        return Err(error);
-    }
-
-    let mut report = RedriveReport::default();
-    while let Some(reserved) = drained.pop_front() {
-        match redrive_one(transport, dlq, options, &reserved).await {
-            Ok(item) => {
-                if item.redriven {
-                    report.redriven += 1;
-                } else {
-                    report.skipped += 1;
-                }
-                report.items.push(item);
-            }
-            Err(error) => {
-                restore(transport, dlq, &reserved).await;
-                restore_all(transport, dlq, drained).await;
-                return Err(error);
-            }
-        }
-    }
+    settled?;
     info!(
         dlq,
         redriven = report.redriven,
@@ -225,22 +221,34 @@ pub async fn redrive<T: Transport>(
     Ok(report)
 }
 
-async fn drain<T: Transport>(
+/// Takes the first `limit` messages of `dlq` one by one, settling each before the next, so the
+/// binding's window keeps moving and only one is held at a time. Restored messages go to the end,
+/// behind the `limit` taken, so they are not met again.
+async fn settle_each<T: Transport>(
     transport: &T,
     dlq: &str,
     options: &RedriveOptions,
-    drained: &mut VecDeque<Reserved<T::Receipt>>,
+    limit: usize,
+    report: &mut RedriveReport,
 ) -> Result<()> {
-    while options.max == 0 || drained.len() < options.max {
-        match transport.reserve(dlq, options.wait).await? {
-            Some(reserved) => drained.push_back(reserved),
-            None => break,
+    while report.items.len() < limit {
+        let Some(reserved) = transport.reserve(dlq, options.wait).await? else {
+            // Someone else emptied it meanwhile: what is left is ours to meet next time.
+            break;
+        };
+        let item = redrive_one(transport, dlq, options, &reserved).await?;
+        if item.redriven {
+            report.redriven += 1;
+        } else {
+            report.skipped += 1;
         }
+        report.items.push(item);
     }
     Ok(())
 }
 
-/// Settles one drained message; an `Err` means nothing was settled for it.
+/// Settles one reserved message: restored to the end of `dlq`, or published to its target and
+/// then acknowledged.
 async fn redrive_one<T: Transport>(
     transport: &T,
     dlq: &str,
@@ -259,7 +267,7 @@ async fn redrive_one<T: Transport>(
         action: RedriveAction::Undecodable,
     };
     let Verdict::Accepted(decoded) = classify(&reserved.body) else {
-        restore(transport, dlq, reserved).await;
+        transport.move_to_end(&reserved.receipt).await?;
         return Ok(item);
     };
     let mut envelope = decoded.envelope;
@@ -280,7 +288,7 @@ async fn redrive_one<T: Transport>(
         && !select(&envelope)
     {
         item.action = RedriveAction::NotSelected;
-        restore(transport, dlq, reserved).await;
+        transport.move_to_end(&reserved.receipt).await?;
         return Ok(item);
     }
     let target = options
@@ -290,19 +298,18 @@ async fn redrive_one<T: Transport>(
         .or_else(|| envelope.meta().and_then(|m| m.queue()).map(str::to_owned))
         .filter(|queue| !queue.is_empty());
     let Some(target) = target else {
-        restore(transport, dlq, reserved).await;
+        transport.move_to_end(&reserved.receipt).await?;
         return Ok(item);
     };
     item.to.clone_from(&target);
     if options.dry_run {
         item.action = RedriveAction::DryRun;
-        restore(transport, dlq, reserved).await;
+        transport.move_to_end(&reserved.receipt).await?;
         return Ok(item);
     }
 
     envelope.remove_dead_letter();
     envelope.set_attempts(0);
-    let body = Bytes::from(envelope.encode()?);
     let mut headers: Headers = reserved
         .headers
         .iter()
@@ -313,28 +320,37 @@ async fn redrive_one<T: Transport>(
     if item.bypassed {
         headers.push((REPLAY_BYPASS_HEADER.to_owned(), "1".to_owned()));
     }
-    transport.publish(&target, body, &headers).await?;
+    let published = match envelope.encode() {
+        Ok(body) => {
+            transport
+                .publish(&target, Bytes::from(body), &headers)
+                .await
+        }
+        Err(error) => Err(error),
+    };
+    if let Err(error) = published {
+        restore_after_failure(transport, dlq, reserved).await;
+        return Err(error);
+    }
     if let Err(error) = transport.ack(&reserved.receipt).await {
-        warn!(dlq, message_id = %item.message_id, %error, "redriven, but the dead-letter copy could not be acknowledged: it may be redriven twice");
+        // Going on could meet it again (a broker hands an unacknowledged message back at the
+        // head), so stop here.
+        warn!(dlq, message_id = %item.message_id, %error, "redriven, but the dead-letter copy could not be acknowledged: a later redrive redrives it again");
+        return Err(error);
     }
     item.redriven = true;
     item.action = RedriveAction::Redriven;
     Ok(item)
 }
 
-/// Puts a drained message back on the dead-letter queue unchanged.
-async fn restore<T: Transport>(transport: &T, dlq: &str, reserved: &Reserved<T::Receipt>) {
-    if let Err(error) = transport.release(&reserved.receipt, Duration::ZERO).await {
-        warn!(dlq, %error, "could not restore a dead-letter message; the broker returns it when the reservation lapses");
-    }
-}
-
-async fn restore_all<T: Transport>(
+/// Restores a message that could not be redriven; failing that, the broker returns it when the
+/// reservation lapses or the connection closes.
+async fn restore_after_failure<T: Transport>(
     transport: &T,
     dlq: &str,
-    drained: VecDeque<Reserved<T::Receipt>>,
+    reserved: &Reserved<T::Receipt>,
 ) {
-    for reserved in drained {
-        restore(transport, dlq, &reserved).await;
+    if let Err(error) = transport.move_to_end(&reserved.receipt).await {
+        warn!(dlq, %error, "could not restore a dead-letter message; the broker returns it when the reservation lapses");
     }
 }

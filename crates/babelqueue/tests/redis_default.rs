@@ -499,7 +499,7 @@ async fn prefetch_takes_several_in_one_reserve_and_unsubscribe_puts_back_the_res
     );
 
     f.transport.unsubscribe(&f.queue).await.unwrap();
-    assert_eq!(f.list(&queue).await, vec![b"d".to_vec(), b"c".to_vec()]);
+    assert_eq!(f.list(&queue).await, vec![b"c".to_vec(), b"d".to_vec()]);
     assert_eq!(
         f.list(&processing).await,
         vec![b"a".to_vec(), b"b".to_vec()]

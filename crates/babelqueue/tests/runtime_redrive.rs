@@ -1,13 +1,17 @@
-//! Redrive (reference §4.6) on the embedded broker and on RabbitMQ.
+//! Redrive (reference §4.6) on the embedded broker and on RabbitMQ; a dead-letter queue many
+//! prefetch windows long also on Redis, in both layouts.
 
 mod runtime_support;
 
 use std::time::Duration;
 
-use babelqueue::redrive::{RedriveAction, RedriveOptions};
+use babelqueue::BabelQueue;
+use babelqueue::redrive::{RedriveAction, RedriveOptions, RedriveReport};
+use babelqueue::transport::{AnyTransport, ConnectOptions, Reserved, Transport};
 use babelqueue::worker::{Job, UnknownUrn};
+use bytes::Bytes;
 use polyq_amqp::Properties;
-use runtime_support::{IDLE, Scene, envelope_of, json_of};
+use runtime_support::{IDLE, PATIENCE, Scene, envelope_of, json_of};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -154,3 +158,287 @@ async fn undecodable_records_are_restored(url: &str) {
 }
 
 on_both_brokers!(redrive_scenarios, undecodable_records_are_restored);
+
+/// A dead-letter queue several prefetch windows long, on every binding.
+mod long_dead_letter_queue {
+    use babelqueue::transport::ConnectOptions;
+    #[cfg(feature = "redis")]
+    use babelqueue::transport::RedisLayout;
+    #[cfg(feature = "redis")]
+    use babelqueue::transport::redis::RedisOptions;
+
+    use super::{PREFETCH, long_dead_letter_queue};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory() {
+        let options = ConnectOptions::default().prefetch(PREFETCH);
+        long_dead_letter_queue(&crate::runtime_support::memory_url(), options).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rabbitmq() {
+        let options = ConnectOptions::default().prefetch(PREFETCH);
+        long_dead_letter_queue(&polyq_testkit::amqp_url(), options).await;
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_default() {
+        let options =
+            ConnectOptions::default().redis(RedisOptions::new().prefetch(usize::from(PREFETCH)));
+        long_dead_letter_queue(&polyq_testkit::redis_url(), options).await;
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_laravel() {
+        let options = ConnectOptions::default().redis_layout(RedisLayout::Laravel);
+        long_dead_letter_queue(&polyq_testkit::redis_url(), options).await;
+    }
+}
+
+/// The prefetch window of the long scenario (AMQP, and the default Redis layout).
+const PREFETCH: u16 = 10;
+/// How many messages the long scenario dead-letters: many prefetch windows.
+const LONG: usize = 250;
+
+/// One message written to the dead-letter queue.
+struct Written {
+    body: Bytes,
+    traceparent: String,
+}
+
+impl Written {
+    /// Every 50th message from the 7th on is not an envelope at all.
+    fn decodable(n: usize) -> bool {
+        n % 50 != 7
+    }
+}
+
+/// Writes [`LONG`] messages straight to the dead-letter queue of `queue`, each with a
+/// `traceparent` header and a block pointing back at `queue`.
+async fn fill_dead_letter_queue(queue: &BabelQueue<AnyTransport>) -> Vec<Written> {
+    let dlq = format!("{}.dlq", queue.queue());
+    let mut written = Vec::with_capacity(LONG);
+    for n in 0..LONG {
+        let body = if Written::decodable(n) {
+            let envelope = json!({
+                "job": A,
+                "trace_id": uuid::Uuid::new_v4().to_string(),
+                "data": { "n": n },
+                "meta": {
+                    "id": uuid::Uuid::new_v4().to_string(),
+                    "queue": queue.queue(),
+                    "lang": "python",
+                    "schema_version": 1,
+                    "created_at": 1_764_460_800_000_i64,
+                },
+                "attempts": 3,
+                "dead_letter": {
+                    "reason": "unknown_urn",
+                    "original_queue": queue.queue(),
+                    "failed_at": 1_764_460_800_000_i64,
+                    "attempts": 3,
+                },
+            });
+            Bytes::from(serde_json::to_vec(&envelope).unwrap())
+        } else {
+            Bytes::from(format!("not json #{n}"))
+        };
+        let traceparent = format!("00-{n:032x}-{n:016x}-01");
+        queue
+            .transport()
+            .publish(
+                &dlq,
+                body.clone(),
+                &[("traceparent".to_owned(), traceparent.clone())],
+            )
+            .await
+            .unwrap();
+        written.push(Written { body, traceparent });
+    }
+    written
+}
+
+/// Takes exactly `count` messages off `queue` (each must come within [`PATIENCE`]), acknowledges
+/// them, hands back anything prefetched and checks nothing is left.
+async fn take_exactly(
+    transport: &AnyTransport,
+    queue: &str,
+    count: usize,
+) -> Vec<Reserved<<AnyTransport as Transport>::Receipt>> {
+    let mut taken = Vec::with_capacity(count);
+    for _ in 0..count {
+        let reserved = transport
+            .reserve(queue, PATIENCE)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{queue} ran dry after {} messages", taken.len()));
+        transport.ack(&reserved.receipt).await.unwrap();
+        taken.push(reserved);
+    }
+    transport.unsubscribe(queue).await.unwrap();
+    assert_eq!(
+        transport.depth(queue).await.unwrap(),
+        0,
+        "{queue} holds more"
+    );
+    taken
+}
+
+/// The `n` of each redriven message on `queue`, checking each was reset.
+async fn redriven_ns(transport: &AnyTransport, queue: &str, count: usize) -> Vec<usize> {
+    take_exactly(transport, queue, count)
+        .await
+        .iter()
+        .map(|reserved| {
+            let body: serde_json::Value = serde_json::from_slice(&reserved.body).unwrap();
+            assert_eq!(body["attempts"], 0, "{body}");
+            assert!(body.get("dead_letter").is_none(), "{body}");
+            usize::try_from(body["data"]["n"].as_u64().unwrap()).unwrap()
+        })
+        .collect()
+}
+
+/// The message id of every item, in report order.
+fn item_ids(report: &RedriveReport) -> Vec<String> {
+    report.items.iter().map(|i| i.message_id.clone()).collect()
+}
+
+/// The message ids `ns` stand for, empty for undecodable ones, as a report lists them.
+fn ids_of(written: &[Written], ns: &[usize]) -> Vec<String> {
+    ns.iter()
+        .map(|&n| match babelqueue::decode(&written[n].body) {
+            Ok(decoded) => decoded.envelope.meta().unwrap().id().unwrap().to_owned(),
+            Err(_) => String::new(),
+        })
+        .collect()
+}
+
+fn even_n(envelope: &babelqueue::Envelope) -> bool {
+    envelope
+        .data_as::<serde_json::Value>()
+        .is_ok_and(|data| data["n"].as_u64().is_some_and(|n| n % 2 == 0))
+}
+
+fn n_below_200(envelope: &babelqueue::Envelope) -> bool {
+    envelope
+        .data_as::<serde_json::Value>()
+        .is_ok_and(|data| data["n"].as_u64().is_some_and(|n| n < 200))
+}
+
+async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
+    let name = polyq_testkit::unique_name("bq-rt-long");
+    let queue = BabelQueue::builder(url)
+        .queue(&name)
+        .options(options)
+        .connect()
+        .await
+        .unwrap();
+    let transport = queue.transport().as_ref();
+    let dlq = format!("{name}.dlq");
+    let written = fill_dead_letter_queue(&queue).await;
+    let base = RedriveOptions::new().wait(WAIT);
+    let all: Vec<usize> = (0..LONG).collect();
+    let odd: Vec<usize> = all.iter().copied().filter(|n| n % 2 == 1).collect();
+
+    // A dry run reports every message, in order, and moves none.
+    let plan = queue.redrive(&base.clone().dry_run(true)).await.unwrap();
+    assert_eq!((plan.redriven, plan.skipped), (0, LONG));
+    assert_eq!(item_ids(&plan), ids_of(&written, &all));
+    assert!(plan.items.iter().enumerate().all(|(n, item)| item.action
+        == if Written::decodable(n) {
+            RedriveAction::DryRun
+        } else {
+            RedriveAction::Undecodable
+        }));
+    assert_eq!(transport.depth(&name).await.unwrap(), 0);
+    assert_eq!(transport.depth(&dlq).await.unwrap(), LONG as u64);
+
+    // Every other one, in one pass: each selected one arrives once, each other one is met once.
+    let evens = queue.redrive(&base.clone().select(even_n)).await.unwrap();
+    assert_eq!((evens.redriven, evens.skipped), (LONG / 2, LONG / 2));
+    assert_eq!(
+        item_ids(&evens),
+        ids_of(&written, &all),
+        "in order, none twice"
+    );
+    let mut arrived = redriven_ns(transport, &name, LONG / 2).await;
+    let expected: Vec<usize> = all.iter().copied().filter(|n| n % 2 == 0).collect();
+    assert_eq!(arrived, expected);
+
+    // `max` stops at exactly max: the first 50 of the odd ones, two of them undecodable.
+    let first = queue.redrive(&base.clone().max(50)).await.unwrap();
+    assert_eq!(first.items.len(), 50);
+    assert_eq!(item_ids(&first), ids_of(&written, &odd[..50]));
+    assert_eq!((first.redriven, first.skipped), (48, 2));
+    arrived.extend(redriven_ns(transport, &name, 48).await);
+
+    // The rest, but only below 200: the two undecodable ones restored by the last run come last.
+    let met: Vec<usize> = odd[50..].iter().copied().chain([7, 57]).collect();
+    let below = queue
+        .redrive(&base.clone().select(n_below_200))
+        .await
+        .unwrap();
+    assert_eq!(item_ids(&below), ids_of(&written, &met));
+    assert_eq!((below.redriven, below.skipped), (48, met.len() - 48));
+    arrived.extend(redriven_ns(transport, &name, 48).await);
+
+    // Every redriven one arrived exactly once; the rest are still there, byte-identical, in the
+    // order they were met, with their headers where the binding carries them.
+    let kept: Vec<usize> = met
+        .iter()
+        .copied()
+        .filter(|&n| !Written::decodable(n) || n >= 200)
+        .collect();
+    arrived.sort_unstable();
+    let mut redriven: Vec<usize> = all.iter().copied().filter(|n| !kept.contains(n)).collect();
+    redriven.sort_unstable();
+    assert_eq!(arrived, redriven);
+    let left = take_exactly(transport, &dlq, kept.len()).await;
+    let headers = transport.capabilities().headers;
+    for (reserved, &n) in left.iter().zip(&kept) {
+        assert_eq!(reserved.body, written[n].body, "message {n}");
+        if headers && Written::decodable(n) {
+            let traceparent = reserved
+                .headers
+                .iter()
+                .find(|(name, _)| name == "traceparent")
+                .map(|(_, value)| value.as_str());
+            assert_eq!(traceparent, Some(written[n].traceparent.as_str()));
+        }
+    }
+    delete(&queue).await;
+}
+
+/// Deletes what the long scenario left on the broker.
+async fn delete(queue: &BabelQueue<AnyTransport>) {
+    let name = queue.queue();
+    match queue.transport().as_ref() {
+        AnyTransport::Amqp(amqp) => {
+            for queue in [name.to_owned(), format!("{name}.dlq")] {
+                let _ = amqp.client().delete_queue(&queue).await;
+            }
+        }
+        #[cfg(feature = "redis")]
+        _ => {
+            let url = polyq_testkit::redis_url();
+            let client = redis::Client::open(url).unwrap();
+            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("*{name}*"))
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            if !keys.is_empty() {
+                let () = redis::cmd("DEL")
+                    .arg(keys)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+            }
+        }
+        #[cfg(not(feature = "redis"))]
+        _ => {}
+    }
+}

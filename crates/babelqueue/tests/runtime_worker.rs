@@ -446,6 +446,14 @@ impl Transport for Faulty {
         self.inner.release(receipt, delay).await
     }
 
+    async fn move_to_end(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
+        self.inner.move_to_end(receipt).await
+    }
+
+    async fn depth(&self, queue: &str) -> babelqueue::Result<u64> {
+        self.inner.depth(queue).await
+    }
+
     async fn dead_letter(
         &self,
         receipt: &Self::Receipt,

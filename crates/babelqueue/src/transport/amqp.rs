@@ -48,7 +48,7 @@ impl Default for AmqpOptions {
 
 impl AmqpOptions {
     /// Sets the prefetch window of each queue's consumer (default 100). A worker keeps at most
-    /// this many messages in flight, and a redrive restores at most this many in one pass.
+    /// this many messages in flight.
     pub fn prefetch(mut self, prefetch: u16) -> Self {
         self.prefetch = prefetch;
         self
@@ -230,6 +230,19 @@ impl AmqpTransport {
         confirmed(&holding.name, outcome)
     }
 
+    /// Publishes the reserved message unchanged (body and properties) to the end of its queue,
+    /// after `delay`, then acknowledges the reservation.
+    async fn republish(&self, receipt: &AmqpReceipt, delay: Duration) -> Result<()> {
+        self.publish_after(
+            &receipt.queue,
+            (*receipt.properties).clone(),
+            receipt.body.clone(),
+            delay,
+        )
+        .await?;
+        Ok(receipt.acker.ack().await?)
+    }
+
     fn consumer(&self, queue: &str) -> Option<Arc<tokio::sync::Mutex<Consumer>>> {
         self.inner
             .consumers
@@ -403,14 +416,22 @@ impl Transport for AmqpTransport {
         if delay.is_zero() {
             return Ok(receipt.acker.nack(true).await?);
         }
-        self.publish_after(
-            &receipt.queue,
-            (*receipt.properties).clone(),
-            receipt.body.clone(),
-            delay,
-        )
-        .await?;
-        Ok(receipt.acker.ack().await?)
+        self.republish(receipt, delay).await
+    }
+
+    /// Publishes a copy with the same body and properties, then acknowledges the original: a
+    /// crash in between leaves both, never neither.
+    async fn move_to_end(&self, receipt: &AmqpReceipt) -> Result<()> {
+        self.republish(receipt, Duration::ZERO).await
+    }
+
+    /// The passive declare's message count.
+    async fn depth(&self, queue: &str) -> Result<u64> {
+        match self.inner.client.inspect_queue(queue).await {
+            Ok(info) => Ok(u64::from(info.message_count)),
+            Err(polyq_amqp::Error::NotFound { .. }) => Ok(0),
+            Err(error) => Err(error.into()),
+        }
     }
 
     async fn dead_letter(&self, receipt: &AmqpReceipt, dlq: &str, body: Bytes) -> Result<()> {

@@ -235,6 +235,19 @@ impl Transport for AnyTransport {
         )
     }
 
+    async fn move_to_end(&self, receipt: &AnyReceipt) -> Result<()> {
+        with_receipt!(
+            self,
+            receipt,
+            |t, r| t.move_to_end(r).await,
+            Err(foreign_receipt())
+        )
+    }
+
+    async fn depth(&self, queue: &str) -> Result<u64> {
+        with_binding!(self, |t| t.depth(queue).await)
+    }
+
     async fn dead_letter(&self, receipt: &AnyReceipt, dlq: &str, body: Bytes) -> Result<()> {
         with_receipt!(
             self,

@@ -88,6 +88,19 @@ pub trait Transport: Send + Sync + 'static {
         delay: Duration,
     ) -> impl Future<Output = crate::Result<()>> + Send;
 
+    /// Moves a reserved message, unchanged (its bytes as stored and its headers), to the end of
+    /// the queue it was reserved from, then settles the reservation; one atomic step where the
+    /// binding has one. Redrive restores with it, so a restored message lands behind everything
+    /// it has yet to take and is not met again.
+    fn move_to_end(
+        &self,
+        receipt: &Self::Receipt,
+    ) -> impl Future<Output = crate::Result<()>> + Send;
+
+    /// How many messages `queue` holds ready now, reservations not counted; 0 for a queue that
+    /// does not exist.
+    fn depth(&self, queue: &str) -> impl Future<Output = crate::Result<u64>> + Send;
+
     /// Writes `body` to the dead-letter queue `dlq`, then settles the reservation.
     fn dead_letter(
         &self,

@@ -105,7 +105,7 @@ pub(crate) enum Command {
         /// Send every job here instead of its original queue.
         #[arg(long)]
         to: Option<String>,
-        /// Take at most this many jobs (default: all).
+        /// Take at most this many jobs (default: all the dead-letter queue holds when it starts).
         #[arg(long, default_value_t = 0)]
         max: usize,
         /// Report the plan and put everything back.
@@ -281,7 +281,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             if let Some(to) = to {
                 options = options.to_queue(to);
             }
-            let transport = progress::Counted::new(broker.connect().await?, &dlq);
+            let transport = progress::Counted::new(broker.connect().await?, &dlq, max);
             let report = babelqueue::redrive::redrive(&transport, &dlq, &options).await;
             transport.finish();
             println!("{}", serde_json::to_string(&report?)?);

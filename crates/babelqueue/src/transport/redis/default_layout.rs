@@ -225,15 +225,22 @@ impl RedisTransport {
             }
         };
         for receipt in stale {
-            self.put_back(&receipt).await;
+            self.put_back(&receipt, End::Tail).await;
         }
         fresh
     }
 
-    /// Puts a held reservation back at the end of its queue. A failure is only logged: the
-    /// reservation is then swept back when its deadline lapses.
-    async fn put_back(&self, receipt: &RedisReceipt) {
-        if let Err(error) = self.release(receipt, Duration::ZERO).await {
+    /// Puts a held reservation back at one end of its queue, unchanged. A failure is only
+    /// logged: the reservation is then swept back when its deadline lapses.
+    async fn put_back(&self, receipt: &RedisReceipt, end: End) {
+        let put_back = self
+            .settle(
+                receipt,
+                Some((&receipt.queue, &receipt.stored, end)),
+                || format!("put back a prefetched message of {:?}", receipt.queue),
+            )
+            .await;
+        if let Err(error) = put_back {
             tracing::warn!(queue = %receipt.queue, %error, "could not put back a prefetched message; it returns when its deadline lapses");
         }
     }
@@ -266,11 +273,11 @@ impl RedisTransport {
     }
 
     /// Runs the gated settle script: removes the reservation and, with a target, pushes a value
-    /// to the end of that list in the same step.
+    /// to that end of that list in the same step.
     async fn settle(
         &self,
         receipt: &RedisReceipt,
-        target: Option<(&str, &[u8])>,
+        target: Option<(&str, &[u8], End)>,
         operation: impl Fn() -> String,
     ) -> crate::Result<()> {
         let mut settle = scripts::SETTLE.prepare_invoke();
@@ -279,8 +286,11 @@ impl RedisTransport {
             .key(self.deadlines_key(&receipt.queue))
             .arg(&receipt.token)
             .arg(&receipt.stored[..]);
-        if let Some((list, value)) = target {
+        if let Some((list, value, end)) = target {
             settle.key(list).arg(value);
+            if end == End::Head {
+                settle.arg("head");
+            }
         }
         let settled: i64 = self.inner.connection.invoke(&settle, &operation).await?;
         if settled == 1 {
@@ -289,6 +299,15 @@ impl RedisTransport {
             Err(self.inner.connection.lost(operation()))
         }
     }
+}
+
+/// Which end of a list a settle pushes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// In front: handed out next, as if never taken.
+    Head,
+    /// Behind everything else.
+    Tail,
 }
 
 /// A stored value as handed over: unframed, with its headers and receipt.
@@ -370,14 +389,32 @@ impl Transport for RedisTransport {
     ) -> crate::Result<()> {
         let operation = || format!("retry a reservation of {:?} on {queue:?}", receipt.queue);
         let value = self.stored_value(body, headers, operation)?;
-        self.settle(receipt, Some((queue, &value)), operation).await
+        self.settle(receipt, Some((queue, &value, End::Tail)), operation)
+            .await
     }
 
     async fn release(&self, receipt: &RedisReceipt, _delay: Duration) -> crate::Result<()> {
-        self.settle(receipt, Some((&receipt.queue, &receipt.stored)), || {
-            format!("release a reservation of {:?}", receipt.queue)
-        })
+        self.settle(
+            receipt,
+            Some((&receipt.queue, &receipt.stored, End::Tail)),
+            || format!("release a reservation of {:?}", receipt.queue),
+        )
         .await
+    }
+
+    /// A release: this layout always releases to the end of the queue, frame and all.
+    async fn move_to_end(&self, receipt: &RedisReceipt) -> crate::Result<()> {
+        self.release(receipt, Duration::ZERO).await
+    }
+
+    /// `LLEN <queue>`.
+    async fn depth(&self, queue: &str) -> crate::Result<u64> {
+        self.inner
+            .connection
+            .query(redis::cmd("LLEN").arg(queue), || {
+                format!("count the messages of {queue:?}")
+            })
+            .await
     }
 
     async fn unsubscribe(&self, queue: &str) -> crate::Result<()> {
@@ -388,8 +425,9 @@ impl Transport for RedisTransport {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(queue)
             .unwrap_or_default();
-        for held in held {
-            self.put_back(&held.reserved.receipt).await;
+        // Pushed to the head last one first, they are back in front in the order they were in.
+        for held in held.into_iter().rev() {
+            self.put_back(&held.reserved.receipt, End::Head).await;
         }
         Ok(())
     }
@@ -418,6 +456,7 @@ impl Transport for RedisTransport {
                 );
                 body
             });
-        self.settle(receipt, Some((dlq, &value)), operation).await
+        self.settle(receipt, Some((dlq, &value, End::Tail)), operation)
+            .await
     }
 }

@@ -204,6 +204,30 @@ impl LaravelTransport {
             Err(self.inner.connection.lost(operation()))
         }
     }
+
+    /// Pushes `body` to the end of `queue`'s ready list (with a wake-up token) and settles the
+    /// reservation in one step, only while it is still held.
+    async fn push_settled(
+        &self,
+        receipt: &LaravelReceipt,
+        queue: &str,
+        body: &[u8],
+        operation: impl Fn() -> String,
+    ) -> crate::Result<()> {
+        let target = self.key(queue);
+        let mut push = scripts::LARAVEL_SETTLE_PUSH.prepare_invoke();
+        push.key(format!("{}:reserved", self.key(&receipt.queue)))
+            .key(&target)
+            .key(format!("{target}:notify"))
+            .arg(&receipt.reserved[..])
+            .arg(body);
+        let settled: i64 = self.inner.connection.invoke(&push, &operation).await?;
+        if settled == 1 {
+            Ok(())
+        } else {
+            Err(self.inner.connection.lost(operation()))
+        }
+    }
 }
 
 impl Transport for LaravelTransport {
@@ -309,23 +333,27 @@ impl Transport for LaravelTransport {
                 receipt.queue
             )
         };
-        let target = self.key(dlq);
-        let mut dead_letter = scripts::LARAVEL_DEAD_LETTER.prepare_invoke();
-        dead_letter
-            .key(format!("{}:reserved", self.key(&receipt.queue)))
-            .key(&target)
-            .key(format!("{target}:notify"))
-            .arg(&receipt.reserved[..])
-            .arg(&body[..]);
-        let settled: i64 = self
-            .inner
+        self.push_settled(receipt, dlq, &body, operation).await
+    }
+
+    /// The job as it was queued, pushed to the end of its ready list with a wake-up token, in
+    /// one step with the settle; not through `:delayed`, where a byte-identical job already
+    /// waiting would absorb it.
+    async fn move_to_end(&self, receipt: &LaravelReceipt) -> crate::Result<()> {
+        self.push_settled(receipt, &receipt.queue, &receipt.job, || {
+            format!("move a reservation of {:?} to its end", receipt.queue)
+        })
+        .await
+    }
+
+    /// `LLEN` of the ready list.
+    async fn depth(&self, queue: &str) -> crate::Result<u64> {
+        let ready = self.key(queue);
+        self.inner
             .connection
-            .invoke(&dead_letter, &operation)
-            .await?;
-        if settled == 1 {
-            Ok(())
-        } else {
-            Err(self.inner.connection.lost(operation()))
-        }
+            .query(redis::cmd("LLEN").arg(&ready), || {
+                format!("count the jobs of {ready:?}")
+            })
+            .await
     }
 }

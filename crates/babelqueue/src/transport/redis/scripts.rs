@@ -52,7 +52,8 @@ return taken
 /// and delivered again touches nothing of the newer one.
 ///
 /// KEYS: processing list, deadline set, and optionally the list to push to. ARGV: token, stored
-/// value, and the value to push. Returns 1 when it settled, 0 when it touched nothing.
+/// value, the value to push, and `head` to push it to the head of that list instead of its end.
+/// Returns 1 when it settled, 0 when it touched nothing.
 pub(super) static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -60,7 +61,7 @@ if redis.call('zrem', KEYS[2], ARGV[1] .. ':' .. ARGV[2]) == 0 then
     return 0
 end
 if KEYS[3] then
-    redis.call('rpush', KEYS[3], ARGV[3])
+    redis.call(ARGV[4] == 'head' and 'lpush' or 'rpush', KEYS[3], ARGV[3])
 end
 redis.call('lrem', KEYS[1], 1, ARGV[2])
 return 1
@@ -149,13 +150,14 @@ return 1
     )
 });
 
-/// Laravel layout, dead-letter: the reservation leaves `:reserved` and the body is pushed to the
-/// dead-letter queue (with a wake-up token, as for any Laravel queue) in one step, only while the
-/// reservation is still held.
+/// Laravel layout, dead-letter and move to the end: the reservation leaves `:reserved` and the
+/// body is pushed to the end of a ready list (the dead-letter queue, or the job's own queue) with
+/// a wake-up token, as for any Laravel queue, in one step, only while the reservation is still
+/// held.
 ///
-/// KEYS: reserved set, dead-letter ready list, its notify list. ARGV: reserved member, body.
+/// KEYS: reserved set, target ready list, its notify list. ARGV: reserved member, body.
 /// Returns 1 when it settled, 0 when it touched nothing.
-pub(super) static LARAVEL_DEAD_LETTER: LazyLock<Script> = LazyLock::new(|| {
+pub(super) static LARAVEL_SETTLE_PUSH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then

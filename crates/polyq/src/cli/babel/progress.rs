@@ -1,6 +1,7 @@
-//! Redrive progress on standard error, observed at the binding: every job reserved from the
-//! dead-letter queue lengthens the bar, every job settled (acknowledged once redriven, or put
-//! back) advances it. The bar is hidden when standard error is not a terminal.
+//! Redrive progress on standard error, observed at the binding: the dead-letter queue's depth
+//! when the redrive starts (at most `--max`) is the length of the bar, every job settled
+//! (acknowledged once redriven, or moved to the end of the dead-letter queue) advances it. The
+//! bar is hidden when standard error is not a terminal.
 
 use std::io::IsTerminal as _;
 use std::time::Duration;
@@ -13,12 +14,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub(crate) struct Counted<T> {
     inner: T,
     dlq: String,
+    max: u64,
     bar: ProgressBar,
 }
 
 impl<T: Transport> Counted<T> {
-    /// Wraps `inner`, showing a bar for the redrive of `dlq`.
-    pub(crate) fn new(inner: T, dlq: &str) -> Self {
+    /// Wraps `inner`, showing a bar for the redrive of at most `max` jobs (0: all) of `dlq`.
+    pub(crate) fn new(inner: T, dlq: &str, max: usize) -> Self {
         let bar = if std::io::stderr().is_terminal() {
             ProgressBar::new(0)
         } else {
@@ -34,6 +36,7 @@ impl<T: Transport> Counted<T> {
         Self {
             inner,
             dlq: dlq.to_owned(),
+            max: u64::try_from(max).unwrap_or(u64::MAX),
             bar,
         }
     }
@@ -65,11 +68,7 @@ impl<T: Transport> Transport for Counted<T> {
         queue: &str,
         wait: Duration,
     ) -> babelqueue::Result<Option<Reserved<T::Receipt>>> {
-        let reserved = self.inner.reserve(queue, wait).await?;
-        if reserved.is_some() && queue == self.dlq {
-            self.bar.inc_length(1);
-        }
-        Ok(reserved)
+        self.inner.reserve(queue, wait).await
     }
 
     async fn ack(&self, receipt: &T::Receipt) -> babelqueue::Result<()> {
@@ -90,9 +89,25 @@ impl<T: Transport> Transport for Counted<T> {
     }
 
     async fn release(&self, receipt: &T::Receipt, delay: Duration) -> babelqueue::Result<()> {
-        let released = self.inner.release(receipt, delay).await;
+        self.inner.release(receipt, delay).await
+    }
+
+    async fn move_to_end(&self, receipt: &T::Receipt) -> babelqueue::Result<()> {
+        let moved = self.inner.move_to_end(receipt).await;
         self.bar.inc(1);
-        released
+        moved
+    }
+
+    async fn depth(&self, queue: &str) -> babelqueue::Result<u64> {
+        let depth = self.inner.depth(queue).await?;
+        if queue == self.dlq {
+            self.bar.set_length(if self.max == 0 {
+                depth
+            } else {
+                depth.min(self.max)
+            });
+        }
+        Ok(depth)
     }
 
     async fn dead_letter(
