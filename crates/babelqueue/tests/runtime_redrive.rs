@@ -17,7 +17,9 @@ use tokio::sync::mpsc;
 
 const A: &str = "urn:babel:orders:created";
 const B: &str = "urn:babel:orders:cancelled";
-const WAIT: Duration = Duration::from_millis(300);
+/// A redrive only waits when a reserve finds nothing although the depth said there was more
+/// (here: a consumer slow to start on a busy machine), so a generous wait costs nothing.
+const WAIT: Duration = PATIENCE;
 
 /// Dead-letters `urns` in order (no handler, the `dead_letter` strategy).
 async fn dead_letter(scene: &Scene, urns: &[&str]) {
