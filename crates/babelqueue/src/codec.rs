@@ -8,7 +8,9 @@ use std::sync::{Arc, RwLock};
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::envelope::{Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, Slot, pointer};
+use crate::envelope::{
+    Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, Slot, lang_text, pointer,
+};
 use crate::error::PoisonCause;
 use crate::typed::{Frame, FrameSeed, Key, NOT_INTEGER, NOT_STRING, Typed, integer};
 use crate::whitespace::is_blank;
@@ -311,7 +313,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
             Slot::Set(Meta {
                 id: slot(fields.id),
                 queue: slot(fields.queue),
-                lang: slot(fields.lang),
+                lang: slot(fields.lang.map(|lang| lang.map(lang_text))),
                 schema_version: slot(fields.schema_version),
                 created_at: slot(fields.created_at),
                 extras: extras(fields.extras, &["meta"])?,

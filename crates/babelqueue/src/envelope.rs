@@ -1,5 +1,6 @@
 //! The envelope type and its canonical encoding.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::DeserializeOwned;
@@ -130,12 +131,22 @@ impl<T> Slot<T> {
     }
 }
 
+/// `meta.lang` as kept: the static text when it is this crate's language.
+pub(crate) fn lang_text(lang: Cow<'_, str>) -> Cow<'static, str> {
+    if lang == SOURCE_LANG {
+        Cow::Borrowed(SOURCE_LANG)
+    } else {
+        Cow::Owned(lang.into_owned())
+    }
+}
+
 /// The `meta` block: producer-set, immutable descriptive metadata.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Meta {
     pub(crate) id: Slot<String>,
     pub(crate) queue: Slot<String>,
-    pub(crate) lang: Slot<String>,
+    /// The language this crate writes is kept as the static text, without an allocation.
+    pub(crate) lang: Slot<Cow<'static, str>>,
     pub(crate) schema_version: Slot<i64>,
     pub(crate) created_at: Slot<i64>,
     pub(crate) extras: Vec<(String, RawJson)>,
@@ -154,7 +165,7 @@ impl Meta {
 
     /// `meta.lang`, the producing SDK's language; any value is accepted and forwarded.
     pub fn lang(&self) -> Option<&str> {
-        self.lang.get().map(String::as_str)
+        self.lang.get().map(AsRef::as_ref)
     }
 
     /// `meta.schema_version`.
@@ -348,8 +359,8 @@ impl Envelope {
     fn encoded_len(&self) -> usize {
         // Keys, quotes, separators and the integers of the frame take fewer bytes than this.
         const FRAME: usize = 200;
-        fn text(slot: &Slot<String>) -> usize {
-            slot.get().map_or(0, String::len)
+        fn text(slot: &Slot<impl AsRef<str>>) -> usize {
+            slot.get().map_or(0, |text| text.as_ref().len())
         }
         fn raw(slot: &Slot<RawJson>) -> usize {
             slot.get().map_or(0, |raw| raw.as_str().len())
@@ -415,13 +426,13 @@ impl ObjectWriter<'_> {
         self.out.push_str("null");
     }
 
-    fn string(&mut self, quoted_key: &str, slot: &Slot<String>) {
+    fn string(&mut self, quoted_key: &str, slot: &Slot<impl AsRef<str>>) {
         match slot {
             Slot::Absent => {}
             Slot::Null => self.key_null(quoted_key),
             Slot::Set(text) => {
                 self.key(quoted_key);
-                push_str_literal(self.out, text);
+                push_str_literal(self.out, text.as_ref());
             }
         }
     }

@@ -222,7 +222,7 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
         meta: Slot::Set(Meta {
             id: Slot::Set(new_uuid()),
             queue: Slot::Set(options.queue.unwrap_or_else(|| "default".to_owned())),
-            lang: Slot::Set(SOURCE_LANG.to_owned()),
+            lang: Slot::Set(Cow::Borrowed(SOURCE_LANG)),
             schema_version: Slot::Set(SCHEMA_VERSION),
             created_at: Slot::Set(now_millis()),
             extras,

@@ -61,18 +61,31 @@ macro_rules! drain_containers {
     };
 }
 
+impl<T> Typed<T> {
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Typed<U> {
+        match self {
+            Typed::Value(value) => Typed::Value(f(value)),
+            Typed::Null => Typed::Null,
+            Typed::Other => Typed::Other,
+        }
+    }
+}
+
 struct TextVisitor;
 
 impl<'de> Visitor<'de> for TextVisitor {
-    type Value = Typed<String>;
+    type Value = Typed<Cow<'de, str>>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Typed::Value(Cow::Borrowed(v)))
+    }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Typed::Value(v.to_owned()))
+        Ok(Typed::Value(Cow::Owned(v.to_owned())))
     }
     fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Typed::Value(v))
+        Ok(Typed::Value(Cow::Owned(v)))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
@@ -87,9 +100,16 @@ impl<'de> Visitor<'de> for TextVisitor {
     drain_containers!();
 }
 
-impl<'de> Deserialize<'de> for Typed<String> {
+/// A string member, borrowed from the body unless it holds escapes.
+impl<'de> Deserialize<'de> for Typed<Cow<'de, str>> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Typed<String> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Typed::<Cow<'de, str>>::deserialize(deserializer).map(|text| text.map(Cow::into_owned))
     }
 }
 
@@ -109,7 +129,8 @@ pub(crate) fn integer(raw: &RawValue) -> Typed<i64> {
 pub(crate) struct MetaFields<'de> {
     pub(crate) id: Option<Typed<String>>,
     pub(crate) queue: Option<Typed<String>>,
-    pub(crate) lang: Option<Typed<String>>,
+    /// Borrowed: the common `"rust"` is then kept without an allocation.
+    pub(crate) lang: Option<Typed<Cow<'de, str>>>,
     pub(crate) schema_version: Option<Typed<i64>>,
     pub(crate) created_at: Option<Typed<i64>>,
     /// Forbidden keys seen, as they are spelled in the forbidden table.
