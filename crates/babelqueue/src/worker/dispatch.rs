@@ -1,6 +1,6 @@
 //! One reserved message, from bytes to settlement (reference §4.2): schema-version gate → decode
-//! (poison check) → URN lookup (unknown-URN strategy) → handler → ack, retry with `attempts+1`,
-//! or dead-letter with the `dead_letter` block.
+//! (poison check) → URN lookup (unknown-URN strategy) → interceptors and handler → ack, retry
+//! with `attempts+1`, or dead-letter with the `dead_letter` block.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::{debug, error, warn};
 
-use super::handler::{Failure, Registry};
-use super::{Job, Settings, Shutdown, UnknownUrn};
+use super::handler::{Failure, HandlerFuture, Registry};
+use super::interceptor::Interceptors;
+use super::{AfterFailure, Job, JobContext, JobResult, Settings, Shutdown, UnknownUrn};
 use crate::dead_letter::{DeadLetter, DeadLetterReason, poison_record};
 use crate::envelope::Envelope;
 use crate::projection::{SchemaGate, schema_version_gate};
@@ -39,6 +40,7 @@ pub(crate) struct Context<T: Transport> {
     pub(crate) queue: String,
     pub(crate) dead_letter_queue: String,
     pub(crate) registry: Registry,
+    pub(crate) interceptors: Interceptors,
     pub(crate) settings: Settings,
 }
 
@@ -105,28 +107,71 @@ impl<T: Transport> Context<T> {
         };
 
         let job = Job::new(envelope.clone(), headers.clone(), self.queue.clone());
-        let result = tokio::select! {
-            result = handler.call(job) => result,
+        if self.interceptors.is_empty() {
+            let run = handler.call(job);
+            return self
+                .settle_handled(&receipt, run, envelope, &headers, &urn, shutdown)
+                .await
+                .0;
+        }
+        // The handler owns its job; the interceptors look at a copy that outlives it.
+        let seen = job.clone();
+        let context = JobContext::new(&seen);
+        let (passed, refusal) = self.interceptors.before(&context);
+        let run = match refusal {
+            Some(refusal) => Box::pin(std::future::ready(Err(refusal))),
+            None => handler.call(job),
+        };
+        let (outcome, result) = self
+            .settle_handled(&receipt, run, envelope, &headers, &urn, shutdown)
+            .await;
+        self.interceptors.after(passed, &context, &result);
+        outcome
+    }
+
+    /// Awaits the handler (or a refusal standing in for it) and settles the message by its
+    /// result, which is returned as the interceptors see it.
+    async fn settle_handled(
+        &self,
+        receipt: &T::Receipt,
+        run: HandlerFuture,
+        envelope: Envelope,
+        headers: &Headers,
+        urn: &str,
+        shutdown: &Shutdown,
+    ) -> (Outcome, JobResult) {
+        let handled = tokio::select! {
+            handled = run => handled,
             () = shutdown.stopping_now() => {
                 warn!(queue = %self.queue, urn, "stopping: releasing the message of an unfinished handler");
-                return self.release(&receipt, Duration::ZERO, shutdown).await;
+                let outcome = self.release(receipt, Duration::ZERO, shutdown).await;
+                return (outcome, JobResult::Interrupted);
             }
         };
-        match result {
+        match handled {
             Ok(()) => {
-                if let Err(error) = self.transport.ack(&receipt).await {
+                if let Err(error) = self.transport.ack(receipt).await {
                     // The work is done: a lost ack means a redelivery, never a retry.
                     warn!(queue = %self.queue, urn, %error, "ack after success failed; the broker may deliver the message again");
                 }
-                Outcome::Succeeded
+                (Outcome::Succeeded, JobResult::Succeeded)
             }
             Err(failure) => {
+                let error = failure.message.clone();
                 let fault = Fault {
                     reason: DeadLetterReason::Failed,
                     failure,
                 };
-                self.retry_or_dead_letter(&receipt, envelope, &headers, fault, shutdown)
-                    .await
+                let outcome = self
+                    .retry_or_dead_letter(receipt, envelope, headers, fault, shutdown)
+                    .await;
+                let next = match outcome {
+                    Outcome::Retried => AfterFailure::Retried,
+                    Outcome::DeadLettered => AfterFailure::DeadLettered,
+                    // A failed job is retried, dead-lettered, or handed back when that failed.
+                    _ => AfterFailure::HandedBack,
+                };
+                (outcome, JobResult::Failed { error, next })
             }
         }
     }

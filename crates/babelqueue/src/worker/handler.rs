@@ -20,7 +20,7 @@ pub(crate) struct Failure {
     pub(crate) exception: String,
 }
 
-type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send>>;
+pub(crate) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send>>;
 
 /// A registered handler with its error type erased.
 pub(crate) trait Handler: Send + Sync {
@@ -50,16 +50,21 @@ where
                 // One bad message must not take the worker down: a panic is a failure like any
                 // other, retried or dead-lettered.
                 Err(panic) => Err(Failure {
-                    message: panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "the handler panicked".to_owned()),
+                    message: panic_message(panic.as_ref()),
                     exception: "panic".to_owned(),
                 }),
             }
         })
     }
+}
+
+/// The text a panic was raised with.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// URN → handler, exact match, the last registration of a URN wins.

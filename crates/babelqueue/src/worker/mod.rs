@@ -1,6 +1,7 @@
 //! The worker runtime: a URN → handler registry over one queue of any [`Transport`], with the
 //! reference's retry, dead-letter, poison and unknown-URN behaviour (reference §4), concurrency
-//! and graceful shutdown. The same code runs on every binding.
+//! and graceful shutdown. The same code runs on every binding. [`JobInterceptor`]s run around
+//! every handled job.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -28,6 +29,7 @@
 mod backoff;
 mod dispatch;
 mod handler;
+mod interceptor;
 mod job;
 mod shutdown;
 
@@ -41,6 +43,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 pub use backoff::Backoff;
+pub use interceptor::{AfterFailure, BoxError, JobContext, JobInterceptor, JobResult};
 pub use job::{Job, REPLAY_BYPASS_HEADER};
 pub use shutdown::Shutdown;
 
@@ -48,6 +51,7 @@ use crate::transport::Transport;
 use crate::{Error, Result};
 use dispatch::{Context, Outcome};
 use handler::Registry;
+use interceptor::Interceptors;
 
 /// What happens to a message whose URN has no handler (reference §4.3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -169,6 +173,7 @@ pub struct Worker<T: Transport> {
     queue: String,
     dead_letter_queue: Option<String>,
     registry: Registry,
+    interceptors: Interceptors,
     settings: Settings,
 }
 
@@ -178,6 +183,7 @@ impl<T: Transport> std::fmt::Debug for Worker<T> {
             .field("queue", &self.queue)
             .field("dead_letter_queue", &self.dead_letter_queue_name())
             .field("urns", &self.registry.urns().collect::<Vec<_>>())
+            .field("interceptors", &self.interceptors.len())
             .field("settings", &self.settings)
             .finish()
     }
@@ -191,6 +197,7 @@ impl<T: Transport> Worker<T> {
             queue: queue.into(),
             dead_letter_queue: None,
             registry: Registry::default(),
+            interceptors: Interceptors::default(),
             settings: Settings::default(),
         }
     }
@@ -203,6 +210,15 @@ impl<T: Transport> Worker<T> {
         E: Display + 'static,
     {
         self.registry.insert(urn, handler);
+        self
+    }
+
+    /// Adds an interceptor around every handled job: `before_handle` runs in the order added,
+    /// `after_handle` in reverse. A refusing `before_handle` fails the job as a handler error
+    /// would (retried below `max_attempts`, then dead-lettered with its error text); see
+    /// [`JobInterceptor`].
+    pub fn interceptor(mut self, interceptor: impl JobInterceptor) -> Self {
+        self.interceptors.push(interceptor);
         self
     }
 
@@ -326,6 +342,7 @@ impl<T: Transport> Worker<T> {
             dead_letter_queue: self.dead_letter_queue_name(),
             queue: self.queue.clone(),
             registry: self.registry,
+            interceptors: self.interceptors,
             settings: self.settings,
         });
         let queue = context.queue.as_str();
