@@ -7,7 +7,7 @@ use std::time::Duration;
 use polyq_amqp::{Client, ClientOptions};
 use polyq_amqp::{OutgoingMessage, PublishOutcome};
 use serde::de::DeserializeOwned;
-use tokio::sync::{Mutex, OnceCell, Semaphore};
+use tokio::sync::Semaphore;
 
 use std::future::Future;
 
@@ -45,13 +45,6 @@ pub struct AceMq {
 
 pub(crate) struct Shared {
     pub(crate) client: Client,
-    /// The connection the retry engine republishes on, opened on first use.
-    republisher: OnceCell<Client>,
-    /// One engine republish in flight at a time (see [`Shared::republish`]).
-    republishing: Mutex<()>,
-    /// The URL as given (with credentials), to open the republishing connection; never shown.
-    url: String,
-    options: ClientOptions,
     pub(crate) origin: String,
     pub(crate) transport: &'static str,
     pub(crate) outstanding: Arc<Semaphore>,
@@ -180,37 +173,26 @@ impl AceMq {
 
 impl Shared {
     /// Publishes one of the retry engine's messages (a retry, or a set-aside into `.dlq` or
-    /// `.parked`) and waits for the broker's answer.
-    ///
-    /// These go on a connection of their own, one at a time: the AMQP client pairs a returned
-    /// (unroutable) message with whichever confirm arrives next on the channel, so with
-    /// several publishes awaiting confirms a return can be reported on the wrong one, and a
-    /// republish into a missing queue could look routed, after which the engine would
-    /// acknowledge the original and lose it. With one publish in flight on its channel, the
-    /// pairing is exact.
+    /// `.parked`) and waits for the broker's answer, so that the engine acknowledges the
+    /// original only once the copy is routed. The client attributes every returned message to
+    /// its own publish, so these share the connection with every other publish.
     pub(crate) async fn republish(
         &self,
         message: OutgoingMessage,
         timeout: Duration,
     ) -> Result<PublishOutcome, String> {
-        let client = self
-            .republisher
-            .get_or_try_init(|| Client::connect_with(&self.url, self.options.clone()))
+        let confirm = self
+            .client
+            .publish(message)
             .await
             .map_err(|e| e.to_string())?;
-        let _one_at_a_time = self.republishing.lock().await;
-        let confirm = client.publish(message).await.map_err(|e| e.to_string())?;
         match tokio::time::timeout(timeout, confirm).await {
             Ok(outcome) => outcome.map_err(|e| e.to_string()),
             Err(_) => Err(format!("no confirm within {timeout:?}")),
         }
     }
 
-    /// Closes both connections.
     async fn close(&self) -> Result<(), RuntimeError> {
-        if let Some(republisher) = self.republisher.get() {
-            republisher.close().await?;
-        }
         Ok(self.client.close().await?)
     }
 }
@@ -305,7 +287,7 @@ impl AceMqBuilder {
         let options = ClientOptions::default()
             .connection_name(client_name.clone())
             .recovery_wait(self.recovery_wait);
-        let client = Client::connect_with(&self.url, options.clone()).await?;
+        let client = Client::connect_with(&self.url, options).await?;
         let transport = if client.url().starts_with("memory:") {
             "memory"
         } else {
@@ -315,10 +297,6 @@ impl AceMqBuilder {
         Ok(AceMq {
             shared: Arc::new(Shared {
                 client,
-                republisher: OnceCell::new(),
-                republishing: Mutex::new(()),
-                url: self.url,
-                options: options.connection_name(format!("{client_name} (retries)")),
                 origin: provenance::origin(&client_name),
                 transport,
                 outstanding: Arc::new(Semaphore::new(self.max_outstanding_confirms)),

@@ -387,27 +387,12 @@ impl<E> Inner<E> {
     ) -> Result<Envelope, RuntimeError> {
         let result = match outcome {
             Ok(Ok(PublishOutcome::Acked)) => Ok(envelope),
-            Ok(Ok(PublishOutcome::Returned(returned)))
-                if returned.properties.message_id.as_deref() == Some(envelope.id()) =>
-            {
-                Err(RuntimeError::Unroutable {
-                    exchange: self.exchange.clone(),
-                    routing_key: self.routing_key.clone(),
-                    reply_text: returned.reply_text,
-                })
-            }
-            // The client pairs a returned message with the next confirm of its channel; with
-            // several publishes in flight, another message's return can arrive with this
-            // message's positive confirm. Only a return of this very message makes it
-            // unroutable.
-            Ok(Ok(PublishOutcome::Returned(returned))) => {
-                tracing::debug!(
-                    returned = ?returned.properties.message_id,
-                    confirmed = envelope.id(),
-                    "a returned message was reported with the confirm of another"
-                );
-                Ok(envelope)
-            }
+            // The client attributes every return to its own publish.
+            Ok(Ok(PublishOutcome::Returned(returned))) => Err(RuntimeError::Unroutable {
+                exchange: self.exchange.clone(),
+                routing_key: self.routing_key.clone(),
+                reply_text: returned.reply_text,
+            }),
             Ok(Ok(PublishOutcome::Nacked)) => Err(RuntimeError::Nacked {
                 exchange: self.exchange.clone(),
                 routing_key: self.routing_key.clone(),
