@@ -224,12 +224,15 @@ where
             watermark: 0,
             registered_early: BinaryHeap::new(),
             completed: BTreeSet::new(),
+            refused: Vec::new(),
+            returned_ready: Vec::new(),
             unstamped: Vec::new(),
             pool: Vec::new(),
             holding: BTreeSet::new(),
             round: 0,
             clean_max: None,
             failed: false,
+            detector: None,
         },
     )
 }
@@ -270,6 +273,10 @@ pub(super) struct Tracker<F> {
     registered_early: BinaryHeap<Reverse<u64>>,
     /// Completed, not yet answered.
     completed: BTreeSet<u64>,
+    /// Completed nacks and failures, answered in the round that observes them.
+    refused: Vec<u64>,
+    /// Completed and holding a matched return: answerable without a covering round.
+    returned_ready: Vec<u64>,
     /// Observed in the previous round; their `next_started` is the next round's `N`.
     unstamped: Vec<u64>,
     /// Returns not yet matched to a publish.
@@ -281,6 +288,8 @@ pub(super) struct Tracker<F> {
     clean_max: Option<u64>,
     /// A confirm failed: the channel is gone and lapin's queue may keep returns forever.
     failed: bool,
+    /// Reused while the task's waker stays the same.
+    detector: Option<(Arc<WakeDetector>, Waker)>,
 }
 
 impl<F> Future for Tracker<F>
@@ -388,11 +397,17 @@ where
     /// waking the task) while futures may still be ready; that self-wake is detected and the
     /// draining goes on, so that the round really has seen every completed confirm.
     fn drain_confirms(&mut self, cx: &mut Context<'_>) -> (bool, Option<u64>) {
-        let detector = Arc::new(WakeDetector {
-            woken: AtomicBool::new(false),
-            inner: cx.waker().clone(),
-        });
-        let waker = Waker::from(detector.clone());
+        let (detector, waker) = match self.detector.take() {
+            Some((detector, waker)) if detector.inner.will_wake(cx.waker()) => (detector, waker),
+            _ => {
+                let detector = Arc::new(WakeDetector {
+                    woken: AtomicBool::new(false),
+                    inner: cx.waker().clone(),
+                });
+                let waker = Waker::from(detector.clone());
+                (detector, waker)
+            }
+        };
         let mut detecting = Context::from_waker(&waker);
         let (mut observed, mut clean_max) = (false, None);
         loop {
@@ -408,6 +423,7 @@ where
                 Poll::Pending => break,
             }
         }
+        self.detector = Some((detector, waker));
         (observed, clean_max)
     }
 
@@ -425,6 +441,11 @@ where
         let clean = carried.is_none() && !matches!(kind, DoneKind::Failed(_));
         self.pool.extend(carried);
         if let Some(entry) = self.entries.get_mut(&seq) {
+            if matches!(kind, DoneKind::Nack | DoneKind::Failed(_)) {
+                self.refused.push(seq);
+            } else if entry.returned.is_some() {
+                self.returned_ready.push(seq);
+            }
             entry.done = Some(Done {
                 round: self.round,
                 kind,
@@ -445,6 +466,8 @@ where
                         entry.returned = Some(returned);
                         if entry.done.is_none() {
                             self.holding.insert(seq);
+                        } else {
+                            self.returned_ready.push(seq);
                         }
                     }
                 }
@@ -472,23 +495,10 @@ where
     /// Nacks and failures are final. A return matched to one goes back to the pool: only an
     /// ack consumes a return, so an identical publish still waiting for its own can have it.
     fn decide_refusals(&mut self) {
-        let refused: Vec<u64> = self
-            .completed
-            .iter()
-            .copied()
-            .filter(|seq| {
-                self.entries.get(seq).is_some_and(|entry| {
-                    matches!(
-                        entry.done.as_ref().map(|done| &done.kind),
-                        Some(DoneKind::Nack | DoneKind::Failed(_))
-                    )
-                })
-            })
-            .collect();
-        if refused.is_empty() {
+        if self.refused.is_empty() {
             return;
         }
-        for seq in refused {
+        for seq in std::mem::take(&mut self.refused) {
             self.completed.remove(&seq);
             self.holding.remove(&seq);
             if let Some(mut entry) = self.entries.remove(&seq) {
@@ -499,7 +509,23 @@ where
         self.match_pool();
     }
 
+    /// Between covering rounds only acks holding their return can be answered, so only those
+    /// are looked at: the others wait without costing anything per round.
     fn decide_acks(&mut self, covering: bool, quiescent: bool) {
+        if !covering {
+            for seq in std::mem::take(&mut self.returned_ready) {
+                let holds_return = self
+                    .entries
+                    .get(&seq)
+                    .is_some_and(|entry| entry.done.is_some() && entry.returned.is_some());
+                if holds_return && let Some(entry) = self.entries.remove(&seq) {
+                    self.completed.remove(&seq);
+                    entry.answer(true);
+                }
+            }
+            return;
+        }
+        self.returned_ready.clear();
         for seq in std::mem::take(&mut self.completed) {
             let attributed = match self.entries.get(&seq) {
                 Some(entry) => self.ack_attribution(entry, covering, quiescent),
