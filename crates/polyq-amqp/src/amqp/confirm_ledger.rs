@@ -53,13 +53,14 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use tokio::sync::{mpsc, oneshot};
+use futures_util::task::AtomicWaker;
+use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use crate::message::{OutgoingMessage, PublishOutcome, ReturnedMessage};
@@ -138,8 +139,74 @@ struct Sent<F> {
 
 /// The publishing side of a channel's ledger.
 pub(super) struct LedgerHandle<F> {
-    started: Arc<AtomicU64>,
-    registrations: mpsc::UnboundedSender<Registration<F>>,
+    inbox: Arc<Inbox<F>>,
+}
+
+/// Where publishes register with the tracker. A registration wakes the tracker only when it
+/// said that nothing else would (while confirms are pending, their completions wake it and it
+/// drains the registrations then), so a busy channel costs no wake per publish.
+struct Inbox<F> {
+    started: AtomicU64,
+    /// `None` once the tracker is gone.
+    registrations: Mutex<Option<Vec<Registration<F>>>>,
+    idle: AtomicBool,
+    closed: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl<F> Inbox<F> {
+    fn register(&self, registration: Registration<F>) {
+        let refused = {
+            let mut registrations = self
+                .registrations
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match registrations.as_mut() {
+                Some(queue) => {
+                    queue.push(registration);
+                    None
+                }
+                None => Some(registration),
+            }
+        };
+        match refused {
+            Some(Registration {
+                sent: Some(sent), ..
+            }) => {
+                let _ = sent.answer.send(Err(unattributed(&sent.message.exchange)));
+            }
+            Some(_) => {}
+            None => {
+                if self.idle.swap(false, Ordering::SeqCst) {
+                    self.waker.wake();
+                }
+            }
+        }
+    }
+
+    fn take(&self) -> Vec<Registration<F>> {
+        self.registrations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.registrations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_none_or(Vec::is_empty)
+    }
+}
+
+impl<F> Drop for LedgerHandle<F> {
+    fn drop(&mut self) {
+        self.inbox.closed.store(true, Ordering::SeqCst);
+        self.inbox.waker.wake();
+    }
 }
 
 impl<F> LedgerHandle<F> {
@@ -147,7 +214,7 @@ impl<F> LedgerHandle<F> {
     pub(super) fn begin(&self) -> Publishing<'_, F> {
         Publishing {
             handle: self,
-            seq: self.started.fetch_add(1, Ordering::SeqCst),
+            seq: self.inbox.started.fetch_add(1, Ordering::SeqCst),
             registered: false,
         }
     }
@@ -166,20 +233,14 @@ impl<F> Publishing<'_, F> {
     pub(super) fn sent(mut self, confirm: F, message: OutgoingMessage) -> Answered {
         self.registered = true;
         let (answer, answered) = oneshot::channel();
-        let registration = Registration {
+        self.handle.inbox.register(Registration {
             seq: self.seq,
             sent: Some(Sent {
                 confirm,
                 message,
                 answer,
             }),
-        };
-        if let Err(mpsc::error::SendError(Registration {
-            sent: Some(sent), ..
-        })) = self.handle.registrations.send(registration)
-        {
-            let _ = sent.answer.send(Err(unattributed(&sent.message.exchange)));
-        }
+        });
         answered
     }
 }
@@ -187,7 +248,7 @@ impl<F> Publishing<'_, F> {
 impl<F> Drop for Publishing<'_, F> {
     fn drop(&mut self) {
         if !self.registered {
-            let _ = self.handle.registrations.send(Registration {
+            self.handle.inbox.register(Registration {
                 seq: self.seq,
                 sent: None,
             });
@@ -208,17 +269,21 @@ pub(super) fn ledger<F>() -> (LedgerHandle<F>, Tracker<F>)
 where
     F: Future<Output = Answer> + Unpin,
 {
-    let started = Arc::new(AtomicU64::new(0));
-    let (registrations, receiver) = mpsc::unbounded_channel();
+    let inbox = Arc::new(Inbox {
+        started: AtomicU64::new(0),
+        registrations: Mutex::new(Some(Vec::new())),
+        idle: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        waker: AtomicWaker::new(),
+    });
     (
         LedgerHandle {
-            started: started.clone(),
-            registrations,
+            inbox: inbox.clone(),
         },
         Tracker {
-            started,
-            registrations: receiver,
+            inbox,
             closed: false,
+            last_covering: false,
             confirms: FuturesUnordered::new(),
             entries: BTreeMap::new(),
             watermark: 0,
@@ -262,10 +327,11 @@ enum DoneKind {
 
 /// Owns every confirm of one channel and answers each publish once its outcome is certain.
 pub(super) struct Tracker<F> {
-    started: Arc<AtomicU64>,
-    registrations: mpsc::UnboundedReceiver<Registration<F>>,
+    inbox: Arc<Inbox<F>>,
     /// Every handle is gone: nothing new will register.
     closed: bool,
+    /// Whether the last round covered its start.
+    last_covering: bool,
     confirms: FuturesUnordered<Tagged<F>>,
     entries: BTreeMap<u64, Entry>,
     /// Every sequence below it is registered.
@@ -299,9 +365,19 @@ where
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.inbox.waker.register(cx.waker());
         for _ in 0..ROUNDS_PER_POLL {
             match self.run_round(cx) {
                 After::Finished => return Poll::Ready(()),
+                After::Wait if self.needs_registration_wake() => {
+                    // Said before looking again, so that a registration pushed in between
+                    // either is seen here or wakes the task.
+                    self.inbox.idle.store(true, Ordering::SeqCst);
+                    if self.inbox.is_empty() && !self.inbox.closed.load(Ordering::SeqCst) {
+                        return Poll::Pending;
+                    }
+                    self.inbox.idle.store(false, Ordering::SeqCst);
+                }
                 After::Wait => return Poll::Pending,
                 After::Again => {}
             }
@@ -322,22 +398,30 @@ impl<F> Tracker<F>
 where
     F: Future<Output = Answer> + Unpin,
 {
+    /// No pending confirm will wake the tracker, or an answer waits for a round that covers,
+    /// which only a registration can bring.
+    fn needs_registration_wake(&self) -> bool {
+        !self.closed
+            && (self.confirms.is_empty() || (!self.last_covering && !self.completed.is_empty()))
+    }
+
     fn run_round(&mut self, cx: &mut Context<'_>) -> After {
         self.round += 1;
-        let started = self.started.load(Ordering::SeqCst);
+        let started = self.inbox.started.load(Ordering::SeqCst);
         for seq in self.unstamped.drain(..) {
             if let Some(done) = self.entries.get_mut(&seq).and_then(|e| e.done.as_mut()) {
                 done.next_started = Some(started);
             }
         }
-        self.drain_registrations(cx);
+        self.drain_registrations();
         let covering = self.watermark >= started;
+        self.last_covering = covering;
         let (observed, clean_max) = self.drain_confirms(cx);
         self.match_pool();
         self.decide_refusals();
         let quiescent = covering
             && self.confirms.is_empty()
-            && self.watermark == self.started.load(Ordering::SeqCst);
+            && self.watermark == self.inbox.started.load(Ordering::SeqCst);
         self.decide_acks(covering, quiescent);
         if quiescent && !self.failed {
             // Lapin's queue is empty and every started publish had its chance to match: what is
@@ -354,14 +438,13 @@ where
         }
     }
 
-    fn drain_registrations(&mut self, cx: &mut Context<'_>) {
-        while !self.closed {
-            match self.registrations.poll_recv(cx) {
-                Poll::Ready(Some(registration)) => self.register(registration),
-                Poll::Ready(None) => self.closed = true,
-                Poll::Pending => break,
-            }
+    fn drain_registrations(&mut self) {
+        // Read before draining: a registration that preceded the handle's drop is then taken.
+        let closed = self.inbox.closed.load(Ordering::SeqCst);
+        for registration in self.inbox.take() {
+            self.register(registration);
         }
+        self.closed = closed;
     }
 
     fn register(&mut self, Registration { seq, sent }: Registration<F>) {
@@ -622,6 +705,15 @@ impl Entry {
 
 impl<F> Drop for Tracker<F> {
     fn drop(&mut self) {
+        let late = self
+            .inbox
+            .registrations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        for sent in late.into_iter().flatten().filter_map(|r| r.sent) {
+            let _ = sent.answer.send(Err(unattributed(&sent.message.exchange)));
+        }
         for entry in std::mem::take(&mut self.entries).into_values() {
             let _ = entry
                 .answer
