@@ -38,6 +38,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
@@ -412,7 +413,13 @@ impl<T: Transport> Worker<T> {
                 "waiting for in-flight handlers"
             );
         }
-        let deadline = tokio::time::sleep(settings.shutdown_timeout);
+        // The timeout counts from the stop, which may come while handlers are being waited for
+        // (a bounded consume that reached its limit); fused, as it is polled again after firing.
+        let deadline = async {
+            shutdown.stopping().await;
+            tokio::time::sleep(settings.shutdown_timeout).await;
+        }
+        .fuse();
         tokio::pin!(deadline);
         loop {
             tokio::select! {
@@ -420,7 +427,7 @@ impl<T: Transport> Worker<T> {
                     Some(done) => count(&mut report, done),
                     None => break,
                 },
-                () = &mut deadline, if shutdown.is_stopping() => {
+                () = &mut deadline => {
                     warn!(queue, "shutdown timeout: releasing the messages of unfinished handlers");
                     shutdown.stop_now();
                 }
