@@ -7,7 +7,7 @@ use std::time::Duration;
 use babelqueue::BabelQueue;
 use babelqueue::transport::{AnyTransport, Transport};
 use babelqueue::worker::{
-    AfterFailure, BoxError, Job, JobContext, JobInterceptor, JobResult, UnknownUrn,
+    AfterFailure, BoxError, Job, JobContext, JobInterceptor, JobResult, Shutdown, UnknownUrn,
 };
 use serde_json::json;
 
@@ -47,6 +47,7 @@ on_every_broker!(
     after_sees_success_and_failure,
     a_panicking_interceptor_is_contained,
     poison_and_unknown_urns_never_reach_interceptors,
+    a_stop_during_the_handler_is_seen_as_interrupted,
 );
 
 /// What happened, in the order it happened.
@@ -382,5 +383,40 @@ async fn poison_and_unknown_urns_never_reach_interceptors(url: &str) {
     assert_eq!(report.dead_lettered, 2, "{report:?}");
     assert_eq!(events(&log), []);
     take_all(&queue, &dlq(&queue), 2).await;
+    finish(queue).await;
+}
+
+async fn a_stop_during_the_handler_is_seen_as_interrupted(url: &str) {
+    let queue = connect(url).await;
+    let sent = queue.publish(URN, &json!({"fail": false})).await.unwrap();
+    let log = log();
+    let shutdown = Shutdown::new();
+    let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
+    let worker = queue
+        .worker()
+        .shutdown_timeout(Duration::ZERO)
+        .interceptor(Recorder::new("metrics", &log))
+        .handle(URN, move |_job: Job| {
+            let _ = started.send(());
+            std::future::pending::<Result<(), &'static str>>()
+        })
+        .consume_until(1, IDLE, &shutdown);
+    let stopper = async {
+        running.recv().await.unwrap();
+        shutdown.stop();
+    };
+    let (report, ()) = tokio::join!(worker, stopper);
+    let report = report.unwrap();
+    assert_eq!(report.released, 1, "{report:?}");
+    assert_eq!(
+        events(&log),
+        [
+            Event::Before("metrics", 0),
+            Event::After("metrics", JobResult::Interrupted),
+        ]
+    );
+    let body = take_all(&queue, queue.queue(), 1).await.remove(0);
+    let back = babelqueue::decode(&body).unwrap().envelope;
+    assert_eq!(back.meta().unwrap().id(), sent.meta().unwrap().id());
     finish(queue).await;
 }
