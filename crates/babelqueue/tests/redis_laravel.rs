@@ -358,3 +358,23 @@ async fn a_waiting_reserve_wakes_on_a_publish() {
     assert_eq!(job.body, "woken");
     f.transport.ack(&job.receipt).await.unwrap();
 }
+
+#[tokio::test]
+async fn depth_counts_what_a_pop_would_take_including_due_releases_but_not_later_ones() {
+    let f = fixture(RedisOptions::new()).await;
+    for n in 0..3 {
+        f.publish(envelope(json!({"n": n}))).await;
+    }
+    assert_eq!(f.transport.depth(&f.queue).await.unwrap(), 3);
+    let (first, second) = (f.reserve().await, f.reserve().await);
+    assert_eq!(f.transport.depth(&f.queue).await.unwrap(), 1);
+
+    // Laravel releases through `:delayed` even without a delay: due at once, so counted.
+    f.transport.release(&first.receipt, NO_WAIT).await.unwrap();
+    assert_eq!(f.transport.depth(&f.queue).await.unwrap(), 2);
+    f.transport
+        .release(&second.receipt, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(f.transport.depth(&f.queue).await.unwrap(), 2);
+}

@@ -347,13 +347,28 @@ impl Transport for LaravelTransport {
     }
 
     /// `LLEN` of the ready list.
+    /// What pops would take now: the ready list, plus the due `:delayed` members and (when lapsed
+    /// reservations are recovered) the lapsed `:reserved` ones, which a pop migrates first. A
+    /// released job is among them: Laravel releases through `:delayed`, even without a delay.
     async fn depth(&self, queue: &str) -> crate::Result<u64> {
         let ready = self.key(queue);
-        self.inner
-            .connection
+        let now = now_seconds();
+        let connection = &self.inner.connection;
+        let mut depth: u64 = connection
             .query(redis::cmd("LLEN").arg(&ready), || {
                 format!("count the jobs of {ready:?}")
             })
-            .await
+            .await?;
+        let mut due = vec![format!("{ready}:delayed")];
+        if self.inner.options.retry_after.is_some() {
+            due.push(format!("{ready}:reserved"));
+        }
+        for key in due {
+            let command = redis::cmd("ZCOUNT").arg(&key).arg("-inf").arg(now).clone();
+            depth += connection
+                .query::<u64>(&command, || format!("count the due jobs of {key:?}"))
+                .await?;
+        }
+        Ok(depth)
     }
 }
