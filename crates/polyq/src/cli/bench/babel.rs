@@ -5,10 +5,11 @@
 //! publishes awaiting the broker), consume them with a worker (no-op handler), then publish N
 //! more while a worker consumes them concurrently (end to end). The Python SDK has no concurrent
 //! publisher, so it publishes N and then consumes N; its figure is compared with ours over the
-//! same two phases (N over publish time plus consume time). `--compare-raw` measures the same two
-//! phases with lapin used directly on the same durable queue, bodies and properties (confirmed,
-//! persistent, no envelope logic): the most any client that waits for confirms can do on this
-//! broker, and so the largest ratio over the Python SDK any such client could show.
+//! same two phases (N over publish time plus consume time). `--compare-raw` measures lapin used
+//! directly publishing the same bodies with the same properties to the same durable queue
+//! (confirmed, no envelope logic). N over publish time plus consume time is below N over publish
+//! time alone, so that rate bounds what any client that waits for confirms can reach over both
+//! phases on this broker, and so the ratio over the Python SDK any such client could show.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -75,8 +76,8 @@ pub(crate) struct BabelArgs {
     /// (`memory://`, `amqp://`, `amqps://`).
     #[arg(long)]
     compare_acemq: bool,
-    /// Also runs raw lapin's publish and consume phases on the same queue and bodies in this
-    /// run (`amqp://`, `amqps://`): the broker's ceiling for a client that waits for confirms.
+    /// Also runs raw lapin's publish phase on the same queue and bodies in this run (`amqp://`,
+    /// `amqps://`): a bound on any confirming client's publish-then-consume rate.
     #[arg(long)]
     compare_raw: bool,
 }
@@ -142,7 +143,7 @@ pub(super) async fn run(args: BabelArgs) -> anyhow::Result<()> {
         .await?;
     let figures = measure(&queue, &args).await;
     let raw = match (&figures, args.compare_raw) {
-        (Ok(_), true) => Some(raw_publish_then_consume(&queue, &args).await),
+        (Ok(_), true) => Some(raw_publish(&queue, &args).await),
         _ => None,
     };
     remove(&args.url, &queue).await?;
@@ -154,8 +155,10 @@ pub(super) async fn run(args: BabelArgs) -> anyhow::Result<()> {
     println!("publish then consume: {sequential:.0} jobs/s");
     println!("end-to-end: {:.0} jobs/s", figures.end_to_end);
     if let Some(raw) = raw {
-        println!("raw lapin publish then consume: {raw:.0} msg/s");
-        println!("ratio vs raw lapin: {:.3}", sequential / raw);
+        println!(
+            "raw lapin publish: {raw:.0} msg/s (bounds any confirming client's publish then consume)"
+        );
+        println!("publish ratio vs raw lapin: {:.3}", figures.publish / raw);
     }
 
     if let Some(python) = &args.python {
@@ -173,7 +176,7 @@ pub(super) async fn run(args: BabelArgs) -> anyhow::Result<()> {
         );
         if let Some(raw) = raw {
             println!(
-                "ceiling (raw lapin) vs python SDK: {:.1}",
+                "ceiling (raw lapin publish) vs python SDK: {:.1}",
                 raw / figures.publish_then_consume
             );
         }
@@ -193,10 +196,10 @@ fn sequential_rate(messages: u32, publish: f64, consume: f64) -> f64 {
     messages / (messages / publish + messages / consume)
 }
 
-/// Raw lapin publishing (confirmed, mandatory, window `--window`) and then consuming (prefetch
-/// `--prefetch`) `--messages` reference bodies with the binding's properties, on `queue`'s own
-/// durable queue (empty after the babelqueue phases): N over both phases' time.
-async fn raw_publish_then_consume(queue: &BabelQueue, args: &BabelArgs) -> anyhow::Result<f64> {
+/// Raw lapin publishing `--messages` reference bodies with the binding's properties (confirmed,
+/// mandatory, window `--window`) to `queue`'s own durable queue, which is deleted afterwards:
+/// messages per second.
+async fn raw_publish(queue: &BabelQueue, args: &BabelArgs) -> anyhow::Result<f64> {
     let settings = Settings {
         messages: args.messages,
         body: queue_body(queue)?,
@@ -208,18 +211,9 @@ async fn raw_publish_then_consume(queue: &BabelQueue, args: &BabelArgs) -> anyho
             .with_content_type("application/json".into()),
     };
     let raw = super::raw::Raw::connect(&args.url).await?;
-    let phases = async {
-        let publish = raw.publish(queue.queue(), args.messages, &settings).await?;
-        let consume = raw.consume(queue.queue(), args.messages, &settings).await?;
-        anyhow::Ok(sequential_rate(
-            args.messages,
-            rate(args.messages, publish),
-            rate(args.messages, consume),
-        ))
-    }
-    .await;
+    let published = raw.publish(queue.queue(), args.messages, &settings).await;
     raw.close().await?;
-    phases
+    Ok(rate(args.messages, published?))
 }
 
 /// The rates of the three phases, jobs per second.
