@@ -200,16 +200,13 @@ fn sequential_rate(messages: u32, publish: f64, consume: f64) -> f64 {
 /// mandatory, window `--window`) to `queue`'s own durable queue, which is deleted afterwards:
 /// messages per second.
 async fn raw_publish(queue: &BabelQueue, args: &BabelArgs) -> anyhow::Result<f64> {
-    let settings = Settings {
-        messages: args.messages,
-        body: queue_body(queue)?,
-        window: args.window,
-        prefetch: args.prefetch,
-        slice: args.messages,
-        raw_properties: lapin::BasicProperties::default()
+    let settings = one_phase(
+        args,
+        queue_body(queue)?,
+        lapin::BasicProperties::default()
             .with_delivery_mode(2)
             .with_content_type("application/json".into()),
-    };
+    );
     let raw = super::raw::Raw::connect(&args.url).await?;
     let published = raw.publish(queue.queue(), args.messages, &settings).await;
     raw.close().await?;
@@ -312,6 +309,18 @@ async fn run_python(
         .map_err(|e| anyhow::anyhow!("the Python SDK benchmark printed {line:?}: {e}"))
 }
 
+/// Settings for one phase of `--messages` bodies like `body`, with the run's window and prefetch.
+fn one_phase(args: &BabelArgs, body: Bytes, raw_properties: lapin::BasicProperties) -> Settings {
+    Settings {
+        messages: args.messages,
+        body,
+        window: args.window,
+        prefetch: args.prefetch,
+        slice: args.messages,
+        raw_properties,
+    }
+}
+
 /// The body of one reference job, for acemq to move bodies of the same size.
 fn queue_body(queue: &BabelQueue) -> anyhow::Result<Bytes> {
     let envelope = babelqueue::make(
@@ -325,14 +334,7 @@ fn queue_body(queue: &BabelQueue) -> anyhow::Result<Bytes> {
 /// acemq's end-to-end rate on the same broker: bodies of `body`'s size, the same window and
 /// prefetch, one phase of `--messages`.
 async fn acemq_end_to_end(args: &BabelArgs, body: Bytes) -> anyhow::Result<f64> {
-    let settings = Settings {
-        messages: args.messages,
-        body,
-        window: args.window,
-        prefetch: args.prefetch,
-        slice: args.messages,
-        raw_properties: lapin::BasicProperties::default(),
-    };
+    let settings = one_phase(args, body, lapin::BasicProperties::default());
     let admin = Polyq::connect(&args.url).await?;
     let queue = admin.declare_queue().await?;
     let mq = super::acemq::connect(&args.url, settings.window).await;
