@@ -283,6 +283,17 @@ fn extras(
 /// ```
 pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
     let text = std::str::from_utf8(body).map_err(|_| PoisonCause::NotUtf8)?;
+    match crate::canonical::decode(text) {
+        Some(envelope) => Ok(Decoded {
+            envelope,
+            warnings: Vec::new(),
+        }),
+        None => decode_any(text),
+    }
+}
+
+/// Decodes any UTF-8 body: the reader behind [`decode`] for what the canonical reader leaves.
+pub(crate) fn decode_any(text: &str) -> Result<Decoded, PoisonCause> {
     let mut frame = Frame::default();
     let mut parser = serde_json::Deserializer::from_str(text);
     FrameSeed(&mut frame)

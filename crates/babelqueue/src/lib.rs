@@ -37,6 +37,7 @@
 //! # Ok::<(), babelqueue::Error>(())
 //! ```
 
+mod canonical;
 mod client;
 mod codec;
 pub mod conformance;

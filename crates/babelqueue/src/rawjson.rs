@@ -77,7 +77,7 @@ pub(crate) fn compact(raw: &str, finite_numbers: bool) -> Result<Cow<'_, str>, S
     })
 }
 
-fn is_finite_number(literal: &str) -> bool {
+pub(crate) fn is_finite_number(literal: &str) -> bool {
     // Without an exponent, fewer than 309 digits cannot reach f64::MAX (about 1.8e308).
     let plain = literal.len() < 309 && !literal.bytes().any(|b| b == b'e' || b == b'E');
     plain || literal.parse::<f64>().is_ok_and(f64::is_finite)

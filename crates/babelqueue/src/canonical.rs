@@ -1,0 +1,457 @@
+//! The fast reader of a body in the shape this crate's (and every SDK's) `encode` writes: compact,
+//! no escape anywhere, only the known members `job`, `trace_id`, `data`, `meta` and `attempts`,
+//! each at most once, of the expected types, and `meta` with only its core members.
+//!
+//! It checks what it reads as strictly as the full reader in `codec` (RFC 8259 grammar, UTF-8,
+//! control characters, finite numbers in `data`) and returns `None` for anything outside that
+//! shape, valid or not: the full reader then decides, so every error, warning and edge case has
+//! one implementation. A body it accepts decodes to exactly what the full reader returns, which
+//! `codec`'s tests check on generated bodies.
+//!
+//! The shape is narrow enough to be read in one pass without a general parser: with no backslash
+//! and no control character in the body, a string ends at the next quote, and every key is one of
+//! a few literals. General JSON parsers spend several times longer on the same body (measured:
+//! `serde_json` 4,300 instructions to check it, `sonic-rs` 5,000 and `simd-json` 7,300 on a
+//! portable x86-64 build), which alone is more than the whole envelope may cost.
+
+use std::borrow::Cow;
+
+use crate::envelope::{Envelope, Meta, RawJson, Slot, lang_text};
+use crate::rawjson::is_finite_number;
+
+/// How deep `data` may nest here; deeper values go to the full reader, which applies the limit.
+const MAX_DEPTH: u32 = 100;
+
+/// The envelope in `text` when it has the canonical shape, `None` otherwise.
+pub(crate) fn decode(text: &str) -> Option<Envelope> {
+    let bytes = text.as_bytes();
+    // A backslash or a control character anywhere leaves the shape: outside strings a control
+    // character could only be whitespace. Checked over the whole body at once, without early
+    // exit, so that the compiler turns it into vector compares.
+    if bytes
+        .iter()
+        .fold(false, |found, &b| found | (b < 0x20) | (b == b'\\'))
+    {
+        return None;
+    }
+    let mut reader = Reader { text, i: 0 };
+    reader.byte(b'{')?;
+    let mut envelope = Envelope {
+        job: String::new(),
+        trace_id: Slot::Absent,
+        data: Slot::Absent,
+        meta: Slot::Absent,
+        attempts: Slot::Absent,
+        dead_letter: Slot::Absent,
+        extras: Vec::new(),
+    };
+    let mut seen = 0_u8;
+    if !reader.eat(b'}') {
+        loop {
+            let member = if reader.word(b"\"job\":") {
+                0
+            } else if reader.word(b"\"trace_id\":") {
+                1
+            } else if reader.word(b"\"data\":") {
+                2
+            } else if reader.word(b"\"meta\":") {
+                3
+            } else if reader.word(b"\"attempts\":") {
+                4
+            } else {
+                return None;
+            };
+            if seen & (1 << member) != 0 {
+                return None;
+            }
+            seen |= 1 << member;
+            match member {
+                0 => envelope.job = reader.string()?.to_owned(),
+                1 => envelope.trace_id = Slot::Set(reader.string()?.to_owned()),
+                2 => envelope.data = Slot::Set(reader.data()?),
+                3 => envelope.meta = Slot::Set(reader.meta()?),
+                _ => envelope.attempts = Slot::Set(reader.integer()?),
+            }
+            if !reader.eat(b',') {
+                break;
+            }
+        }
+        reader.byte(b'}')?;
+    }
+    (reader.i == bytes.len()).then_some(envelope)
+}
+
+/// A position in a body that holds no backslash and no control character.
+struct Reader<'a> {
+    text: &'a str,
+    i: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.i).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        let found = self.peek() == Some(byte);
+        self.i += usize::from(found);
+        found
+    }
+
+    fn byte(&mut self, byte: u8) -> Option<()> {
+        self.eat(byte).then_some(())
+    }
+
+    /// Whether `word` is at the position, stepping over it if so.
+    fn word<const N: usize>(&mut self, word: &[u8; N]) -> bool {
+        let found = self.text.as_bytes()[self.i..].first_chunk::<N>() == Some(word);
+        self.i += if found { N } else { 0 };
+        found
+    }
+
+    fn byte_word<const N: usize>(&mut self, word: &[u8; N]) -> Option<()> {
+        self.word(word).then_some(())
+    }
+
+    /// A string's content: with no backslash in the body, it ends at the next quote.
+    fn string(&mut self) -> Option<&'a str> {
+        self.byte(b'"')?;
+        let start = self.i;
+        let end = start + memchr::memchr(b'"', &self.text.as_bytes()[start..])?;
+        self.i = end + 1;
+        self.text.get(start..end)
+    }
+
+    /// An integer member: an integer literal that fits 64 bits (`-0` reads as 0, as in `typed`).
+    /// A fraction, an exponent or a larger integer leaves the shape.
+    fn integer(&mut self) -> Option<i64> {
+        let negative = self.eat(b'-');
+        let rest = &self.text.as_bytes()[self.i..];
+        let digits = rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
+        // A leading zero is only valid alone; more than 19 digits cannot fit.
+        if digits == 0 || digits > 19 || (rest[0] == b'0' && digits > 1) {
+            return None;
+        }
+        if matches!(rest.get(digits), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        let magnitude = rest[..digits].iter().try_fold(0_u64, |n, &d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })?;
+        self.i += digits;
+        if negative {
+            0_i64.checked_sub_unsigned(magnitude)
+        } else {
+            i64::try_from(magnitude).ok()
+        }
+    }
+
+    /// Skips a number literal, checking its grammar; whether it is an integer literal.
+    fn number(&mut self) -> Option<bool> {
+        self.eat(b'-');
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        let mut integer = true;
+        if self.eat(b'.') {
+            integer = false;
+            self.some_digits()?;
+        }
+        if self.eat(b'e') || self.eat(b'E') {
+            integer = false;
+            if !self.eat(b'+') {
+                self.eat(b'-');
+            }
+            self.some_digits()?;
+        }
+        Some(integer)
+    }
+
+    fn digits(&mut self) {
+        let rest = &self.text.as_bytes()[self.i..];
+        self.i += rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.i;
+        self.digits();
+        (self.i > start).then_some(())
+    }
+
+    /// `meta` with only its core members, each at most once.
+    fn meta(&mut self) -> Option<Meta> {
+        self.byte(b'{')?;
+        let mut meta = Meta::default();
+        if self.eat(b'}') {
+            return Some(meta);
+        }
+        let mut seen = 0_u8;
+        loop {
+            let member = if self.word(b"\"id\":") {
+                0
+            } else if self.word(b"\"queue\":") {
+                1
+            } else if self.word(b"\"lang\":") {
+                2
+            } else if self.word(b"\"schema_version\":") {
+                3
+            } else if self.word(b"\"created_at\":") {
+                4
+            } else {
+                return None;
+            };
+            if seen & (1 << member) != 0 {
+                return None;
+            }
+            seen |= 1 << member;
+            match member {
+                0 => meta.id = Slot::Set(self.string()?.to_owned()),
+                1 => meta.queue = Slot::Set(self.string()?.to_owned()),
+                2 => meta.lang = Slot::Set(lang_text(Cow::Borrowed(self.string()?))),
+                3 => meta.schema_version = Slot::Set(self.integer()?),
+                _ => meta.created_at = Slot::Set(self.integer()?),
+            }
+            if !self.eat(b',') {
+                break;
+            }
+        }
+        self.byte(b'}')?;
+        Some(meta)
+    }
+
+    /// `data`: an object, checked in full (grammar, finite numbers, nesting) and kept as written.
+    fn data(&mut self) -> Option<RawJson> {
+        let start = self.i;
+        if self.peek()? != b'{' {
+            return None;
+        }
+        // One bit per open container, set for an object.
+        let mut stack: u128 = 0;
+        let mut depth = 0_u32;
+        loop {
+            // A value starts here.
+            match self.peek()? {
+                open @ (b'{' | b'[') => {
+                    self.i += 1;
+                    let close = if open == b'{' { b'}' } else { b']' };
+                    if !self.eat(close) {
+                        depth += 1;
+                        if depth > MAX_DEPTH {
+                            return None;
+                        }
+                        stack = stack << 1 | u128::from(open == b'{');
+                        if open == b'{' {
+                            self.member_name()?;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => {
+                    self.string()?;
+                }
+                b't' => self.byte_word(b"true")?,
+                b'f' => self.byte_word(b"false")?,
+                b'n' => self.byte_word(b"null")?,
+                b'-' | b'0'..=b'9' => {
+                    let start = self.i;
+                    self.number()?;
+                    if !is_finite_number(&self.text[start..self.i]) {
+                        return None;
+                    }
+                }
+                _ => return None,
+            }
+            // After a value: close what ends here, then expect the next element or member.
+            loop {
+                if depth == 0 {
+                    return Some(RawJson::trusted(self.text[start..self.i].to_owned()));
+                }
+                let in_object = stack & 1 == 1;
+                match self.peek()? {
+                    b',' => {
+                        self.i += 1;
+                        if in_object {
+                            self.member_name()?;
+                        }
+                        break;
+                    }
+                    b'}' if in_object => {}
+                    b']' if !in_object => {}
+                    _ => return None,
+                }
+                self.i += 1;
+                stack >>= 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    /// A member name and its colon, inside `data`.
+    fn member_name(&mut self) -> Option<()> {
+        self.string()?;
+        self.byte(b':')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{Decoded, decode_any};
+    use proptest::prelude::*;
+
+    /// What `decode` returns for `text` when the canonical reader takes it.
+    fn fast(text: &str) -> Option<Decoded> {
+        decode(text).map(|envelope| Decoded {
+            envelope,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// The canonical reader either leaves `text` to the full reader or agrees with it.
+    fn agrees(text: &str) -> bool {
+        match fast(text) {
+            None => true,
+            Some(decoded) => decode_any(text) == Ok(decoded),
+        }
+    }
+
+    const META: &str =
+        r#"{"id":"i","queue":"q","lang":"rust","schema_version":1,"created_at":1700000000000}"#;
+
+    fn body(data: &str) -> String {
+        format!(
+            r#"{{"job":"urn:babel:a:b","trace_id":"t","data":{data},"meta":{META},"attempts":0}}"#
+        )
+    }
+
+    #[test]
+    fn takes_canonical_bodies_and_agrees() {
+        for data in [
+            "{}",
+            r#"{"order_id":1042,"amount":99.9,"currency":"EUR","note":"café ☕"}"#,
+            r#"{"a":[],"b":[1,-0,0.5,1e5,1E-5,-2.5e+3],"c":{"d":[true,false,null,{"e":{}}]}}"#,
+            r#"{"big":12345678901234567890,"x":1.0,"k":"k","k":"dup"}"#,
+            "{\"\":\"\",\"/\":\"a/b\",\"u\":\"😀\u{2028}\"}",
+        ] {
+            let text = body(data);
+            let decoded = fast(&text).unwrap_or_else(|| panic!("not taken: {text}"));
+            assert_eq!(decoded.envelope.data().unwrap().as_str(), data);
+            assert_eq!(decoded.envelope.encode().unwrap(), text);
+            assert!(agrees(&text), "{text}");
+        }
+        for text in [
+            "{}",
+            r#"{"job":"urn:babel:a:b"}"#,
+            r#"{"attempts":-9223372036854775808,"meta":{}}"#,
+            r#"{"job":" ","meta":{"lang":"go","schema_version":-0}}"#,
+        ] {
+            assert!(fast(text).is_some(), "{text}");
+            assert!(agrees(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn leaves_everything_else_to_the_full_reader() {
+        for text in [
+            // Not canonical, but valid: escapes, whitespace, other members, duplicates, nulls.
+            &body(r#"{"a":"\u00e9"}"#),
+            &body(r#"{"a": 1}"#),
+            r#"{"job":"u","urn":"v"}"#,
+            r#"{"job":"u","x":1}"#,
+            r#"{"job":"u","job":"v"}"#,
+            r#"{"job":"u","meta":{"ts":1}}"#,
+            r#"{"job":"u","meta":{"id":"a","id":"b"}}"#,
+            r#"{"job":"u","meta":{"x":1}}"#,
+            r#"{"job":"u","trace_id":null}"#,
+            r#"{"job":"u","data":null}"#,
+            r#"{"job":"u","dead_letter":{}}"#,
+            r#"{"job":1}"#,
+            " {}",
+            "{} ",
+            // Members of the wrong type or range: poison, with the full reader's cause.
+            r#"{"job":"u","attempts":1.0}"#,
+            r#"{"job":"u","attempts":1e2}"#,
+            r#"{"job":"u","attempts":9223372036854775808}"#,
+            r#"{"job":"u","attempts":-9223372036854775809}"#,
+            r#"{"job":"u","attempts":"1"}"#,
+            r#"{"job":"u","data":[]}"#,
+            r#"{"job":"u","data":{"n":1e400}}"#,
+            &body(&format!(r#"{{"n":{}}}"#, "9".repeat(400))),
+            // Invalid JSON.
+            r#"{"job":"u","data":{"n":01}}"#,
+            r#"{"job":"u","data":{"n":1.}}"#,
+            r#"{"job":"u","data":{"n":.5}}"#,
+            r#"{"job":"u","data":{"n":1e}}"#,
+            r#"{"job":"u","data":{"n":-}}"#,
+            r#"{"job":"u","data":{"n":+1}}"#,
+            r#"{"job":"u","data":{"n":tru}}"#,
+            r#"{"job":"u","data":{"n":[1,]}}"#,
+            r#"{"job":"u","data":{"n":1,}}"#,
+            r#"{"job":"u","data":{"n":[1}}"#,
+            r#"{"job":"u","data":{"n":{]}}"#,
+            r#"{"job":"u","data":{"n"}}"#,
+            r#"{"job":"u","data":{1:2}}"#,
+            r#"{"job":"u","data":{"n":"a"#,
+            r#"{"job":"u","attempts":01}"#,
+            r#"{"job":"u",}"#,
+            r#"{"job":"u""#,
+            r#"{"job":"u"}}"#,
+            "{\"job\":\"a\u{1}b\"}",
+            "{\"job\":\"a\tb\"}",
+        ] {
+            assert!(fast(text).is_none(), "{text}");
+        }
+        // `data` itself is one level; an empty innermost array opens none.
+        let deep = body(&format!(
+            "{{\"x\":{}{}}}",
+            "[".repeat(MAX_DEPTH as usize + 1),
+            "]".repeat(MAX_DEPTH as usize + 1)
+        ));
+        assert!(fast(&deep).is_none());
+        let deepest = body(&format!(
+            "{{\"x\":{}{}}}",
+            "[".repeat(MAX_DEPTH as usize),
+            "]".repeat(MAX_DEPTH as usize)
+        ));
+        assert!(fast(&deepest).is_some());
+        assert!(agrees(&deepest));
+    }
+
+    /// Bytes that change what a body means when they replace or join another.
+    const EDITS: &[u8] = b"{}[]\",:\\ -+.0123456789eEtrufalsn\x01\x7fx";
+
+    proptest! {
+        #[test]
+        fn agrees_with_the_full_reader_on_edited_bodies(
+            data in r#"\{("[a-z]{0,3}":(-?(0|[1-9][0-9]{0,2})(\.[0-9])?|"[a-zé ☕]{0,4}"|true|null|\[\]|\{\}),){0,4}"z":0\}"#,
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0..3_u8), 0..3),
+        ) {
+            let mut text = body(&data).into_bytes();
+            let canonical = std::str::from_utf8(&text).unwrap();
+            prop_assert!(fast(canonical).is_some(), "{}", canonical);
+            prop_assert!(agrees(canonical));
+            for (at, byte, how) in edits {
+                let at = at.index(text.len());
+                let byte = EDITS[byte.index(EDITS.len())];
+                match how {
+                    0 => text[at] = byte,
+                    1 => text.insert(at, byte),
+                    _ => {
+                        text.remove(at);
+                    }
+                }
+            }
+            if let Ok(text) = std::str::from_utf8(&text) {
+                prop_assert!(agrees(text), "{}", text);
+            }
+        }
+    }
+}
