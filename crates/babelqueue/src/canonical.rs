@@ -138,9 +138,14 @@ impl<'a> Reader<'a> {
         if matches!(rest.get(digits), Some(b'.' | b'e' | b'E')) {
             return None;
         }
-        let magnitude = rest[..digits].iter().try_fold(0_u64, |n, &d| {
-            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-        })?;
+        // Up to 18 digits cannot overflow; 19 may.
+        let magnitude = if digits < 19 {
+            rest[..digits]
+                .iter()
+                .fold(0_u64, |n, &d| n * 10 + u64::from(d - b'0'))
+        } else {
+            self.text[self.i..self.i + digits].parse().ok()?
+        };
         self.i += digits;
         if negative {
             0_i64.checked_sub_unsigned(magnitude)
