@@ -16,7 +16,7 @@
 
 use std::borrow::Cow;
 
-use crate::envelope::{Envelope, Meta, RawJson, Slot, lang_text};
+use crate::envelope::{Envelope, Meta, RawJson, Slot, Text, lang_text};
 use crate::rawjson::is_finite_number;
 
 /// How deep `data` may nest here; deeper values go to the full reader, which applies the limit.
@@ -37,7 +37,7 @@ pub(crate) fn decode(text: &str) -> Option<Envelope> {
     let mut reader = Reader { text, i: 0 };
     reader.byte(b'{')?;
     let mut envelope = Envelope {
-        job: String::new(),
+        job: Text::new(),
         trace_id: Slot::Absent,
         data: Slot::Absent,
         meta: Slot::Absent,
@@ -66,8 +66,8 @@ pub(crate) fn decode(text: &str) -> Option<Envelope> {
             }
             seen |= 1 << member;
             match member {
-                0 => envelope.job = reader.string()?.to_owned(),
-                1 => envelope.trace_id = Slot::Set(reader.string()?.to_owned()),
+                0 => envelope.job = Text::from(reader.string()?),
+                1 => envelope.trace_id = Slot::Set(Text::from(reader.string()?)),
                 2 => envelope.data = Slot::Set(reader.data()?),
                 3 => envelope.meta = Slot::Set(reader.meta()?),
                 _ => envelope.attempts = Slot::Set(reader.integer()?),
@@ -218,8 +218,8 @@ impl<'a> Reader<'a> {
             }
             seen |= 1 << member;
             match member {
-                0 => meta.id = Slot::Set(self.string()?.to_owned()),
-                1 => meta.queue = Slot::Set(self.string()?.to_owned()),
+                0 => meta.id = Slot::Set(Text::from(self.string()?)),
+                1 => meta.queue = Slot::Set(Text::from(self.string()?)),
                 2 => meta.lang = Slot::Set(lang_text(Cow::Borrowed(self.string()?))),
                 3 => meta.schema_version = Slot::Set(self.integer()?),
                 _ => meta.created_at = Slot::Set(self.integer()?),

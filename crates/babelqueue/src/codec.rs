@@ -233,11 +233,11 @@ fn raw_slot(
     }
 }
 
-fn slot<T>(member: Option<Typed<T>>) -> Slot<T> {
+fn slot<T, U: From<T>>(member: Option<Typed<T>>) -> Slot<U> {
     match member {
         None | Some(Typed::Other) => Slot::Absent,
         Some(Typed::Null) => Slot::Null,
-        Some(Typed::Value(value)) => Slot::Set(value),
+        Some(Typed::Value(value)) => Slot::Set(U::from(value)),
     }
 }
 
@@ -333,7 +333,7 @@ pub(crate) fn decode_any(text: &str) -> Result<Decoded, PoisonCause> {
     };
     let job = resolve_identity(frame.job, frame.urn, &mut warnings);
     let envelope = Envelope {
-        job,
+        job: job.into(),
         trace_id: slot(frame.trace_id),
         data: raw_slot(frame.data, true, &["data"])?,
         meta,

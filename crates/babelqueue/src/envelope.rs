@@ -31,6 +31,10 @@ pub(crate) const FORBIDDEN_TOP: [&str; 1] = ["timestamp"];
 /// Forbidden `meta` keys.
 pub(crate) const FORBIDDEN_META: [&str; 4] = ["max_retries", "attempts", "source", "ts"];
 
+/// Text the envelope owns. Ids, URNs, queue names and traces are short: kept inline up to 40 bytes
+/// (a hyphenated UUID is 36), they cost no allocation to make, decode or drop.
+pub(crate) type Text = smallstr::SmallString<[u8; 40]>;
+
 /// A JSON value kept as the compact text it arrived as: numbers, escapes and key order are never
 /// re-formatted, so a retry, redrive or relay re-emits the producer's bytes.
 ///
@@ -143,8 +147,8 @@ pub(crate) fn lang_text(lang: Cow<'_, str>) -> Cow<'static, str> {
 /// The `meta` block: producer-set, immutable descriptive metadata.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Meta {
-    pub(crate) id: Slot<String>,
-    pub(crate) queue: Slot<String>,
+    pub(crate) id: Slot<Text>,
+    pub(crate) queue: Slot<Text>,
     /// The language this crate writes is kept as the static text, without an allocation.
     pub(crate) lang: Slot<Cow<'static, str>>,
     pub(crate) schema_version: Slot<i64>,
@@ -155,12 +159,12 @@ pub struct Meta {
 impl Meta {
     /// `meta.id`, the per-message identity (the idempotency key).
     pub fn id(&self) -> Option<&str> {
-        self.id.get().map(String::as_str)
+        self.id.get().map(Text::as_str)
     }
 
     /// `meta.queue`, the logical queue the producer addressed.
     pub fn queue(&self) -> Option<&str> {
-        self.queue.get().map(String::as_str)
+        self.queue.get().map(Text::as_str)
     }
 
     /// `meta.lang`, the producing SDK's language; any value is accepted and forwarded.
@@ -184,7 +188,7 @@ impl Meta {
     }
 
     pub(crate) fn set_queue(&mut self, queue: String) {
-        self.queue = Slot::Set(queue);
+        self.queue = Slot::Set(Text::from(queue));
     }
 }
 
@@ -207,8 +211,8 @@ impl Meta {
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Envelope {
-    pub(crate) job: String,
-    pub(crate) trace_id: Slot<String>,
+    pub(crate) job: Text,
+    pub(crate) trace_id: Slot<Text>,
     pub(crate) data: Slot<RawJson>,
     pub(crate) meta: Slot<Meta>,
     pub(crate) attempts: Slot<i64>,
@@ -225,7 +229,7 @@ impl Envelope {
 
     /// `trace_id`, the cross-service correlation id.
     pub fn trace_id(&self) -> Option<&str> {
-        self.trace_id.get().map(String::as_str)
+        self.trace_id.get().map(Text::as_str)
     }
 
     /// `data` as the JSON text it arrived as (an object on every accepted envelope).
@@ -317,7 +321,7 @@ impl Envelope {
     /// carries a forbidden key.
     pub fn encode(&self) -> Result<String> {
         if is_blank(&self.job) {
-            return Err(Error::BlankUrn(self.job.clone()));
+            return Err(Error::BlankUrn(self.job.to_string()));
         }
         self.check_forbidden()?;
         let mut out = String::with_capacity(self.encoded_len());

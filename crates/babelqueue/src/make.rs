@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::envelope::{
     CORE_META_KEYS, Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, SOURCE_LANG, Slot,
-    pointer,
+    Text, pointer,
 };
 use crate::error::{Error, Result};
 use crate::whitespace::{is_blank, trim};
@@ -193,7 +193,7 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
         }
     };
     let trace_id = match options.trace_id.as_deref().map(trim) {
-        Some(trace) if !is_blank(trace) => trace.to_owned(),
+        Some(trace) if !is_blank(trace) => Text::from(trace),
         _ => new_uuid(),
     };
     let mut extras: Vec<(String, RawJson)> = Vec::with_capacity(options.meta.len());
@@ -216,12 +216,16 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
         extras.push((key.clone(), value.clone()));
     }
     Ok(Envelope {
-        job: job.to_owned(),
+        job: Text::from(job),
         trace_id: Slot::Set(trace_id),
         data: Slot::Set(data),
         meta: Slot::Set(Meta {
             id: Slot::Set(new_uuid()),
-            queue: Slot::Set(options.queue.unwrap_or_else(|| "default".to_owned())),
+            queue: Slot::Set(
+                options
+                    .queue
+                    .map_or_else(|| Text::from("default"), Text::from),
+            ),
             lang: Slot::Set(Cow::Borrowed(SOURCE_LANG)),
             schema_version: Slot::Set(SCHEMA_VERSION),
             created_at: Slot::Set(now_millis()),
@@ -236,11 +240,12 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
 /// A random (version 4) UUID, lowercase and hyphenated. uuid's `fast-rng` draws it from the
 /// thread-local CSPRNG rather than one `getrandom` call per id, which costs more than the rest of
 /// `make` together.
-fn new_uuid() -> String {
-    uuid::Uuid::new_v4()
-        .hyphenated()
-        .encode_lower(&mut uuid::Uuid::encode_buffer())
-        .to_owned()
+fn new_uuid() -> Text {
+    Text::from(
+        &*uuid::Uuid::new_v4()
+            .hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer()),
+    )
 }
 
 /// Now, in Unix milliseconds (UTC), floored.
