@@ -140,7 +140,12 @@ struct Sent<F> {
 /// The publishing side of a channel's ledger.
 pub(super) struct LedgerHandle<F> {
     inbox: Arc<Inbox<F>>,
+    tracker: SharedTracker<F>,
 }
+
+/// The tracker's state, driven by its task and, when the task would only be woken to run a
+/// round, by the publish that registers.
+type SharedTracker<F> = Arc<Mutex<Option<Tracker<F>>>>;
 
 /// Where publishes register with the tracker. A registration wakes the tracker only when it
 /// said that nothing else would (while confirms are pending, their completions wake it and it
@@ -155,7 +160,8 @@ struct Inbox<F> {
 }
 
 impl<F> Inbox<F> {
-    fn register(&self, registration: Registration<F>) {
+    /// Queues `registration`; `true` when the tracker waits for it to run a round.
+    fn register(&self, registration: Registration<F>) -> bool {
         let refused = {
             let mut registrations = self
                 .registrations
@@ -174,13 +180,10 @@ impl<F> Inbox<F> {
                 sent: Some(sent), ..
             }) => {
                 let _ = sent.answer.send(Err(unattributed(&sent.message.exchange)));
+                false
             }
-            Some(_) => {}
-            None => {
-                if self.idle.swap(false, Ordering::SeqCst) {
-                    self.waker.wake();
-                }
-            }
+            Some(_) => false,
+            None => self.idle.swap(false, Ordering::SeqCst),
         }
     }
 
@@ -209,7 +212,10 @@ impl<F> Drop for LedgerHandle<F> {
     }
 }
 
-impl<F> LedgerHandle<F> {
+impl<F> LedgerHandle<F>
+where
+    F: Future<Output = Answer> + Unpin,
+{
     /// Takes the next sequence number; call it before the publish is sent.
     pub(super) fn begin(&self) -> Publishing<'_, F> {
         Publishing {
@@ -218,22 +224,51 @@ impl<F> LedgerHandle<F> {
             registered: false,
         }
     }
+
+    fn register(&self, registration: Registration<F>) {
+        if self.inbox.register(registration) {
+            self.drive_or_wake();
+        }
+    }
+
+    /// Runs the tracker's rounds here when nothing else is running them. The tracker waits for
+    /// a registration when its last round could not cover (a publish was between taking its
+    /// sequence and registering); a task publishing in a pipeline is almost always in that gap
+    /// when the tracker runs, so waking the tracker instead would cost a task switch per
+    /// publish, and its round would find the next publish in the gap again.
+    fn drive_or_wake(&self) {
+        if let Ok(mut tracker) = self.tracker.try_lock()
+            && let Some(tracker) = tracker.as_mut()
+            && let Some(waker) = tracker.task_waker.clone()
+        {
+            // Cannot finish while this handle exists; the confirms keep waking the task.
+            let _ = tracker.drive(&mut Context::from_waker(&waker));
+            return;
+        }
+        self.inbox.waker.wake();
+    }
 }
 
 /// A publish between taking its sequence number and registering its confirm. Dropped without
 /// [`Publishing::sent`], it registers a tombstone so that later rounds can still cover.
-pub(super) struct Publishing<'a, F> {
+pub(super) struct Publishing<'a, F>
+where
+    F: Future<Output = Answer> + Unpin,
+{
     handle: &'a LedgerHandle<F>,
     seq: u64,
     registered: bool,
 }
 
-impl<F> Publishing<'_, F> {
+impl<F> Publishing<'_, F>
+where
+    F: Future<Output = Answer> + Unpin,
+{
     /// Hands the confirm of the sent `message` to the tracker.
     pub(super) fn sent(mut self, confirm: F, message: OutgoingMessage) -> Answered {
         self.registered = true;
         let (answer, answered) = oneshot::channel();
-        self.handle.inbox.register(Registration {
+        self.handle.register(Registration {
             seq: self.seq,
             sent: Some(Sent {
                 confirm,
@@ -245,10 +280,13 @@ impl<F> Publishing<'_, F> {
     }
 }
 
-impl<F> Drop for Publishing<'_, F> {
+impl<F> Drop for Publishing<'_, F>
+where
+    F: Future<Output = Answer> + Unpin,
+{
     fn drop(&mut self) {
         if !self.registered {
-            self.handle.inbox.register(Registration {
+            self.handle.register(Registration {
                 seq: self.seq,
                 sent: None,
             });
@@ -263,9 +301,9 @@ fn unattributed(exchange: &str) -> Error {
     }
 }
 
-/// A ledger and the tracker future that owns it; spawn the tracker once per channel. It ends
-/// when the handle is gone and every registered publish has been answered.
-pub(super) fn ledger<F>() -> (LedgerHandle<F>, Tracker<F>)
+/// A ledger and the tracker task that drives it; spawn the task once per channel. It ends when
+/// the handle is gone and every registered publish has been answered.
+pub(super) fn ledger<F>() -> (LedgerHandle<F>, TrackerTask<F>)
 where
     F: Future<Output = Answer> + Unpin,
 {
@@ -276,30 +314,76 @@ where
         closed: AtomicBool::new(false),
         waker: AtomicWaker::new(),
     });
+    let tracker = Arc::new(Mutex::new(Some(Tracker {
+        inbox: inbox.clone(),
+        task_waker: None,
+        closed: false,
+        last_covering: false,
+        confirms: FuturesUnordered::new(),
+        entries: BTreeMap::new(),
+        watermark: 0,
+        registered_early: BinaryHeap::new(),
+        completed: BTreeSet::new(),
+        refused: Vec::new(),
+        returned_ready: Vec::new(),
+        unstamped: Vec::new(),
+        pool: Vec::new(),
+        holding: BTreeSet::new(),
+        round: 0,
+        clean_max: None,
+        failed: false,
+        detector: None,
+    })));
     (
         LedgerHandle {
-            inbox: inbox.clone(),
-        },
-        Tracker {
             inbox,
-            closed: false,
-            last_covering: false,
-            confirms: FuturesUnordered::new(),
-            entries: BTreeMap::new(),
-            watermark: 0,
-            registered_early: BinaryHeap::new(),
-            completed: BTreeSet::new(),
-            refused: Vec::new(),
-            returned_ready: Vec::new(),
-            unstamped: Vec::new(),
-            pool: Vec::new(),
-            holding: BTreeSet::new(),
-            round: 0,
-            clean_max: None,
-            failed: false,
-            detector: None,
+            tracker: tracker.clone(),
         },
+        TrackerTask { tracker },
     )
+}
+
+/// Drives the tracker; dropped before it finished (the runtime shutting down), it answers
+/// every publish still waiting as not attributable.
+pub(super) struct TrackerTask<F> {
+    tracker: SharedTracker<F>,
+}
+
+impl<F> Future for TrackerTask<F>
+where
+    F: Future<Output = Answer> + Unpin,
+{
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut shared = self.tracker.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(tracker) = shared.as_mut() else {
+            return Poll::Ready(());
+        };
+        if !tracker
+            .task_waker
+            .as_ref()
+            .is_some_and(|waker| waker.will_wake(cx.waker()))
+        {
+            tracker.task_waker = Some(cx.waker().clone());
+        }
+        let polled = tracker.drive(cx);
+        if polled.is_ready() {
+            *shared = None;
+        }
+        polled
+    }
+}
+
+impl<F> Drop for TrackerTask<F> {
+    fn drop(&mut self) {
+        let tracker = self
+            .tracker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(tracker);
+    }
 }
 
 struct Entry {
@@ -328,6 +412,8 @@ enum DoneKind {
 /// Owns every confirm of one channel and answers each publish once its outcome is certain.
 pub(super) struct Tracker<F> {
     inbox: Arc<Inbox<F>>,
+    /// The task's waker: rounds run by a registering publish leave it with the confirms.
+    task_waker: Option<Waker>,
     /// Every handle is gone: nothing new will register.
     closed: bool,
     /// Whether the last round covered its start.
@@ -358,13 +444,12 @@ pub(super) struct Tracker<F> {
     detector: Option<(Arc<WakeDetector>, Waker)>,
 }
 
-impl<F> Future for Tracker<F>
+impl<F> Tracker<F>
 where
     F: Future<Output = Answer> + Unpin,
 {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    /// Runs rounds until nothing is left to decide without a wake.
+    fn drive(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.inbox.waker.register(cx.waker());
         for _ in 0..ROUNDS_PER_POLL {
             match self.run_round(cx) {

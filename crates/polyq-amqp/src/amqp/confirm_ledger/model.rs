@@ -14,7 +14,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::sync::oneshot;
 
-use super::{Answer, Answered, Failure, LedgerHandle, Publishing, Tracker, ledger};
+use super::{Answer, Answered, Failure, LedgerHandle, Publishing, TrackerTask, ledger};
 use crate::Properties;
 use crate::error::Error;
 use crate::message::{OutgoingMessage, PublishOutcome, ReturnedMessage};
@@ -72,7 +72,7 @@ struct Model<'a> {
     rng: StdRng,
     ids: Vec<u8>,
     handle: &'a LedgerHandle<FakeConfirm>,
-    tracker: Tracker<FakeConfirm>,
+    tracker: TrackerTask<FakeConfirm>,
     next: usize,
     publishers: Vec<Publisher<'a>>,
     answered: Vec<(usize, Answered)>,

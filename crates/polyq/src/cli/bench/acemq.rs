@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 
-use super::phases::Settings;
+use super::phases::{Settings, cpu_since, process_cpu};
 use super::rate;
 use super::raw::Raw;
 use super::through_polyq::Polyq;
@@ -100,18 +100,31 @@ pub(super) async fn run(args: AcemqArgs) -> anyhow::Result<()> {
         admin.delete_queue(queue).await?;
     }
     admin.close().await?;
-    let ([publish, end_to_end], latency) = measured?;
+    let Measured {
+        rates: [publish, end_to_end],
+        cpu: [publish_cpu, end_to_end_cpu],
+        latency,
+    } = measured?;
+    let per_message =
+        |cpu: Option<Duration>| cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / f64::from(args.messages));
 
     let mut ratios = Vec::new();
-    for (name, [raw_side, acemq_side]) in
-        [("confirmed publish", publish), ("end to end", end_to_end)]
-    {
+    for (name, [raw_side, acemq_side], [raw_cpu, acemq_cpu]) in [
+        ("confirmed publish", publish, publish_cpu),
+        ("end to end", end_to_end, end_to_end_cpu),
+    ] {
         let acemq_rate = median(acemq_side);
         if with_raw {
             let raw_rate = median(raw_side);
             let ratio = acemq_rate / raw_rate;
+            let cpu = match (per_message(raw_cpu), per_message(acemq_cpu)) {
+                (Some(raw), Some(acemq)) => {
+                    format!("; client CPU per message raw {raw:.1} µs, acemq {acemq:.1} µs")
+                }
+                _ => String::new(),
+            };
             println!(
-                "{name}: median slice raw lapin {raw_rate:.0} msg/s, acemq {acemq_rate:.0} msg/s, ratio {ratio:.3}"
+                "{name}: median slice raw lapin {raw_rate:.0} msg/s, acemq {acemq_rate:.0} msg/s, ratio {ratio:.3}{cpu}"
             );
             ratios.push(ratio);
         } else {
@@ -134,16 +147,16 @@ pub(super) async fn run(args: AcemqArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Slice rates of the two phases (`[publish, end to end]`, each `[raw, acemq]`) and the
-/// latency figures. `queues`: raw publish, acemq publish, raw end to end, acemq end to end,
-/// latency.
+/// Runs both phases and the latency phase, each side's process CPU counted over its timed part
+/// only. `queues`: raw publish, acemq publish, raw end to end, acemq end to end, latency.
 async fn measure(
     args: &AcemqArgs,
     settings: &Settings,
     with_raw: bool,
     queues: &[String],
-) -> anyhow::Result<([[Vec<f64>; 2]; 2], Latency)> {
+) -> anyhow::Result<Measured> {
     let mut rates: [[Vec<f64>; 2]; 2] = Default::default();
+    let mut cpu_totals = [[Some(Duration::ZERO); 2]; 2];
     for (phase, phase_queues) in [(0, &queues[0..2]), (1, &queues[2..4])] {
         for (index, count) in slices(settings).enumerate() {
             let sides: &[usize] = match (with_raw, index % 2) {
@@ -153,26 +166,36 @@ async fn measure(
             };
             for &side in sides {
                 let queue = &phase_queues[side];
-                let elapsed = match (side, phase) {
+                let (elapsed, cpu) = match (side, phase) {
                     (0, 0) => {
                         let raw = Raw::connect(&args.url).await?;
+                        let before = process_cpu();
                         let elapsed = raw.publish(queue, count, settings).await?;
+                        let cpu = cpu_since(before);
                         raw.close().await?;
-                        elapsed
+                        (elapsed, cpu)
                     }
                     (0, _) => raw_end_to_end(&args.url, queue, count, settings).await?,
                     (_, 0) => {
                         let mq = connect(&args.url, settings.window).await?;
+                        let before = process_cpu();
                         let elapsed = publish(&mq, queue, count, settings).await?;
+                        let cpu = cpu_since(before);
                         mq.close().await?;
-                        elapsed
+                        (elapsed, cpu)
                     }
                     _ => {
                         let mq = connect(&args.url, settings.window).await?;
+                        let before = process_cpu();
                         let elapsed = end_to_end(&mq, queue, count, settings).await?;
+                        let cpu = cpu_since(before);
                         mq.close().await?;
-                        elapsed
+                        (elapsed, cpu)
                     }
+                };
+                cpu_totals[phase][side] = match (cpu_totals[phase][side], cpu) {
+                    (Some(total), Some(cpu)) => Some(total + cpu),
+                    _ => None,
                 };
                 rates[phase][side].push(rate(count, elapsed));
             }
@@ -186,7 +209,19 @@ async fn measure(
         args.latency_messages,
     )
     .await?;
-    Ok((rates, latency))
+    Ok(Measured {
+        rates,
+        cpu: cpu_totals,
+        latency,
+    })
+}
+
+/// What [`measure`] found: slice rates and process CPU of the two phases (`[publish, end to
+/// end]`, each `[raw, acemq]`), and the latency figures.
+struct Measured {
+    rates: [[Vec<f64>; 2]; 2],
+    cpu: [[Option<Duration>; 2]; 2],
+    latency: Latency,
 }
 
 /// Message counts of the slices: `slice` each, the last one what remains.
@@ -253,14 +288,15 @@ pub(super) async fn connect(url: &str, window: usize) -> anyhow::Result<AceMq> {
 }
 
 /// Raw lapin publishing into `queue` while a consumer on the same connection acks every
-/// message; the time runs until both are done.
+/// message; the wall time runs until both are done, and the process CPU over the same span.
 async fn raw_end_to_end(
     url: &str,
     queue: &str,
     count: u32,
     settings: &Settings,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<(Duration, Option<Duration>)> {
     let raw = Raw::connect(url).await?;
+    let before = process_cpu();
     let started = Instant::now();
     let both = tokio::time::timeout(
         SLICE_DEADLINE,
@@ -271,9 +307,10 @@ async fn raw_end_to_end(
     )
     .await;
     let elapsed = started.elapsed();
+    let cpu = cpu_since(before);
     raw.close().await?;
     both.map_err(|_| anyhow::anyhow!("raw end-to-end slice took over {SLICE_DEADLINE:?}"))??;
-    Ok(elapsed)
+    Ok((elapsed, cpu))
 }
 
 /// Publishes `count` transient mandatory messages through an acemq publisher with `window`

@@ -198,7 +198,7 @@ impl Measure {
     }
 }
 
-fn cpu_since(before: Option<Duration>) -> Option<Duration> {
+pub(super) fn cpu_since(before: Option<Duration>) -> Option<Duration> {
     Some(process_cpu()?.saturating_sub(before?))
 }
 
@@ -206,7 +206,7 @@ fn cpu_since(before: Option<Duration>) -> Option<Duration> {
 /// elsewhere). Only the side being measured is busy during a slice, so the difference over a
 /// slice is that side's client cost, including lapin's I/O thread. Clock ticks are taken as the
 /// usual 100 per second.
-fn process_cpu() -> Option<Duration> {
+pub(super) fn process_cpu() -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // Fields after the parenthesised command name; utime and stime are the 14th and 15th fields
     // of the line, the 12th and 13th after the name.
