@@ -126,27 +126,25 @@ impl<'a> Reader<'a> {
     /// A fraction, an exponent or a larger integer leaves the shape.
     fn integer(&mut self) -> Option<i64> {
         let negative = self.eat(b'-');
-        let rest = &self.text.as_bytes()[self.i..];
-        let digits = rest
-            .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(rest.len());
-        // A leading zero is only valid alone; more than 19 digits cannot fit.
-        if digits == 0 || digits > 19 || (rest[0] == b'0' && digits > 1) {
+        let start = self.i;
+        let mut magnitude = 0_u64;
+        for &d in &self.text.as_bytes()[start..] {
+            if !d.is_ascii_digit() {
+                break;
+            }
+            magnitude = magnitude
+                .checked_mul(10)?
+                .checked_add(u64::from(d - b'0'))?;
+            self.i += 1;
+        }
+        let digits = self.i - start;
+        // A leading zero is only valid alone.
+        if digits == 0 || (digits > 1 && self.text.as_bytes()[start] == b'0') {
             return None;
         }
-        if matches!(rest.get(digits), Some(b'.' | b'e' | b'E')) {
+        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
             return None;
         }
-        // Up to 18 digits cannot overflow; 19 may.
-        let magnitude = if digits < 19 {
-            rest[..digits]
-                .iter()
-                .fold(0_u64, |n, &d| n * 10 + u64::from(d - b'0'))
-        } else {
-            self.text[self.i..self.i + digits].parse().ok()?
-        };
-        self.i += digits;
         if negative {
             0_i64.checked_sub_unsigned(magnitude)
         } else {
