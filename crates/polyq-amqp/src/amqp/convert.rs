@@ -5,6 +5,8 @@
 //! it rather than panic inside lapin. Incoming conversion is total: anything lapin parsed has a
 //! neutral counterpart.
 
+use std::fmt::Display;
+
 use lapin::BasicProperties;
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable as LapinTable, LongString,
@@ -15,8 +17,9 @@ use crate::error::{Error, Result};
 use crate::properties::Properties;
 use crate::value::{FieldTable, FieldValue};
 
-/// A short string, or an error saying which one was too long.
-pub(super) fn short(operation: &str, what: &str, value: &str) -> Result<ShortString> {
+/// A short string, or an error saying which one was too long. `what` is only formatted for the
+/// error: names are checked on every publish.
+pub(super) fn short(operation: &str, what: impl Display, value: &str) -> Result<ShortString> {
     ShortString::try_new(value).map_err(|_| Error::Invalid {
         operation: operation.to_owned(),
         reason: format!(
@@ -64,7 +67,7 @@ pub(super) fn table_to_amqp(operation: &str, table: &FieldTable) -> Result<Lapin
         out.insert(
             short(
                 operation,
-                &format!("header or argument name `{name}`"),
+                format_args!("header or argument name `{name}`"),
                 name,
             )?,
             value_to_amqp(operation, value)?,
@@ -118,7 +121,7 @@ pub(super) fn properties_to_amqp(operation: &str, props: &Properties) -> Result<
     let text = |what: &str, value: &Option<String>| -> Result<Option<ShortString>> {
         value
             .as_deref()
-            .map(|v| short(operation, &format!("property `{what}`"), v))
+            .map(|v| short(operation, format_args!("property `{what}`"), v))
             .transpose()
     };
     let mut out = BasicProperties::default();
