@@ -16,14 +16,16 @@
 
 use std::borrow::Cow;
 
+use crate::codec::Decoded;
 use crate::envelope::{Envelope, Meta, RawJson, Slot, Text, lang_text};
 use crate::rawjson::is_finite_number;
 
 /// How deep `data` may nest here; deeper values go to the full reader, which applies the limit.
 const MAX_DEPTH: u32 = 100;
 
-/// The envelope in `text` when it has the canonical shape, `None` otherwise.
-pub(crate) fn decode(text: &str) -> Option<Envelope> {
+/// The envelope in `text` when it has the canonical shape (a decode without warnings), `None`
+/// otherwise.
+pub(crate) fn decode(text: &str) -> Option<Decoded> {
     let bytes = text.as_bytes();
     // A backslash or a control character anywhere leaves the shape: outside strings a control
     // character could only be whitespace. Checked over the whole body at once, without early
@@ -36,15 +38,11 @@ pub(crate) fn decode(text: &str) -> Option<Envelope> {
     }
     let mut reader = Reader { text, i: 0 };
     reader.byte(b'{')?;
-    let mut envelope = Envelope {
-        job: Text::new(),
-        trace_id: Slot::Absent,
-        data: Slot::Absent,
-        meta: Slot::Absent,
-        attempts: Slot::Absent,
-        dead_letter: Slot::Absent,
-        extras: Vec::new(),
-    };
+    // Members are read into locals and the result is built once at the end, in place: the
+    // envelope is a few hundred bytes, and every move of it is a copy.
+    let mut job = Text::new();
+    let (mut trace_id, mut data, mut meta, mut attempts) =
+        (Slot::Absent, Slot::Absent, Slot::Absent, Slot::Absent);
     let mut seen = 0_u8;
     if !reader.eat(b'}') {
         loop {
@@ -66,11 +64,11 @@ pub(crate) fn decode(text: &str) -> Option<Envelope> {
             }
             seen |= 1 << member;
             match member {
-                0 => envelope.job = Text::from(reader.string()?),
-                1 => envelope.trace_id = Slot::Set(Text::from(reader.string()?)),
-                2 => envelope.data = Slot::Set(reader.data()?),
-                3 => envelope.meta = Slot::Set(reader.meta()?),
-                _ => envelope.attempts = Slot::Set(reader.integer()?),
+                0 => job = Text::from(reader.string()?),
+                1 => trace_id = Slot::Set(Text::from(reader.string()?)),
+                2 => data = Slot::Set(reader.data()?),
+                3 => meta = Slot::Set(reader.meta()?),
+                _ => attempts = Slot::Set(reader.integer()?),
             }
             if !reader.eat(b',') {
                 break;
@@ -78,7 +76,21 @@ pub(crate) fn decode(text: &str) -> Option<Envelope> {
         }
         reader.byte(b'}')?;
     }
-    (reader.i == bytes.len()).then_some(envelope)
+    if reader.i != bytes.len() {
+        return None;
+    }
+    Some(Decoded {
+        envelope: Envelope {
+            job,
+            trace_id,
+            data,
+            meta,
+            attempts,
+            dead_letter: Slot::Absent,
+            extras: Vec::new(),
+        },
+        warnings: Vec::new(),
+    })
 }
 
 /// A position in a body that holds no backslash and no control character.
@@ -114,6 +126,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A string's content: with no backslash in the body, it ends at the next quote.
+    #[inline(always)]
     fn string(&mut self) -> Option<&'a str> {
         self.byte(b'"')?;
         let start = self.i;
@@ -124,6 +137,7 @@ impl<'a> Reader<'a> {
 
     /// An integer member: an integer literal that fits 64 bits (`-0` reads as 0, as in `typed`).
     /// A fraction, an exponent or a larger integer leaves the shape.
+    #[inline(always)]
     fn integer(&mut self) -> Option<i64> {
         let negative = self.eat(b'-');
         let start = self.i;
@@ -192,42 +206,54 @@ impl<'a> Reader<'a> {
     /// `meta` with only its core members, each at most once.
     fn meta(&mut self) -> Option<Meta> {
         self.byte(b'{')?;
-        let mut meta = Meta::default();
-        if self.eat(b'}') {
-            return Some(meta);
+        let (mut id, mut queue, mut lang, mut schema_version, mut created_at) = (
+            Slot::Absent,
+            Slot::Absent,
+            Slot::Absent,
+            Slot::Absent,
+            Slot::Absent,
+        );
+        if !self.eat(b'}') {
+            let mut seen = 0_u8;
+            loop {
+                let member = if self.word(b"\"id\":") {
+                    0
+                } else if self.word(b"\"queue\":") {
+                    1
+                } else if self.word(b"\"lang\":") {
+                    2
+                } else if self.word(b"\"schema_version\":") {
+                    3
+                } else if self.word(b"\"created_at\":") {
+                    4
+                } else {
+                    return None;
+                };
+                if seen & (1 << member) != 0 {
+                    return None;
+                }
+                seen |= 1 << member;
+                match member {
+                    0 => id = Slot::Set(Text::from(self.string()?)),
+                    1 => queue = Slot::Set(Text::from(self.string()?)),
+                    2 => lang = Slot::Set(lang_text(Cow::Borrowed(self.string()?))),
+                    3 => schema_version = Slot::Set(self.integer()?),
+                    _ => created_at = Slot::Set(self.integer()?),
+                }
+                if !self.eat(b',') {
+                    break;
+                }
+            }
+            self.byte(b'}')?;
         }
-        let mut seen = 0_u8;
-        loop {
-            let member = if self.word(b"\"id\":") {
-                0
-            } else if self.word(b"\"queue\":") {
-                1
-            } else if self.word(b"\"lang\":") {
-                2
-            } else if self.word(b"\"schema_version\":") {
-                3
-            } else if self.word(b"\"created_at\":") {
-                4
-            } else {
-                return None;
-            };
-            if seen & (1 << member) != 0 {
-                return None;
-            }
-            seen |= 1 << member;
-            match member {
-                0 => meta.id = Slot::Set(Text::from(self.string()?)),
-                1 => meta.queue = Slot::Set(Text::from(self.string()?)),
-                2 => meta.lang = Slot::Set(lang_text(Cow::Borrowed(self.string()?))),
-                3 => meta.schema_version = Slot::Set(self.integer()?),
-                _ => meta.created_at = Slot::Set(self.integer()?),
-            }
-            if !self.eat(b',') {
-                break;
-            }
-        }
-        self.byte(b'}')?;
-        Some(meta)
+        Some(Meta {
+            id,
+            queue,
+            lang,
+            schema_version,
+            created_at,
+            extras: Vec::new(),
+        })
     }
 
     /// `data`: an object, checked in full (grammar, finite numbers, nesting) and kept as written.
@@ -298,6 +324,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A member name and its colon, inside `data`.
+    #[inline(always)]
     fn member_name(&mut self) -> Option<()> {
         self.string()?;
         self.byte(b':')
@@ -307,20 +334,12 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::{Decoded, decode_any};
+    use crate::codec::decode_any;
     use proptest::prelude::*;
-
-    /// What `decode` returns for `text` when the canonical reader takes it.
-    fn fast(text: &str) -> Option<Decoded> {
-        decode(text).map(|envelope| Decoded {
-            envelope,
-            warnings: Vec::new(),
-        })
-    }
 
     /// The canonical reader either leaves `text` to the full reader or agrees with it.
     fn agrees(text: &str) -> bool {
-        match fast(text) {
+        match decode(text) {
             None => true,
             Some(decoded) => decode_any(text) == Ok(decoded),
         }
@@ -345,7 +364,7 @@ mod tests {
             "{\"\":\"\",\"/\":\"a/b\",\"u\":\"😀\u{2028}\"}",
         ] {
             let text = body(data);
-            let decoded = fast(&text).unwrap_or_else(|| panic!("not taken: {text}"));
+            let decoded = decode(&text).unwrap_or_else(|| panic!("not taken: {text}"));
             assert_eq!(decoded.envelope.data().unwrap().as_str(), data);
             assert_eq!(decoded.envelope.encode().unwrap(), text);
             assert!(agrees(&text), "{text}");
@@ -356,7 +375,7 @@ mod tests {
             r#"{"attempts":-9223372036854775808,"meta":{}}"#,
             r#"{"job":" ","meta":{"lang":"go","schema_version":-0}}"#,
         ] {
-            assert!(fast(text).is_some(), "{text}");
+            assert!(decode(text).is_some(), "{text}");
             assert!(agrees(text), "{text}");
         }
     }
@@ -410,7 +429,7 @@ mod tests {
             "{\"job\":\"a\u{1}b\"}",
             "{\"job\":\"a\tb\"}",
         ] {
-            assert!(fast(text).is_none(), "{text}");
+            assert!(decode(text).is_none(), "{text}");
         }
         // `data` itself is one level; an empty innermost array opens none.
         let deep = body(&format!(
@@ -418,13 +437,13 @@ mod tests {
             "[".repeat(MAX_DEPTH as usize + 1),
             "]".repeat(MAX_DEPTH as usize + 1)
         ));
-        assert!(fast(&deep).is_none());
+        assert!(decode(&deep).is_none());
         let deepest = body(&format!(
             "{{\"x\":{}{}}}",
             "[".repeat(MAX_DEPTH as usize),
             "]".repeat(MAX_DEPTH as usize)
         ));
-        assert!(fast(&deepest).is_some());
+        assert!(decode(&deepest).is_some());
         assert!(agrees(&deepest));
     }
 
@@ -439,7 +458,7 @@ mod tests {
         ) {
             let mut text = body(&data).into_bytes();
             let canonical = std::str::from_utf8(&text).unwrap();
-            prop_assert!(fast(canonical).is_some(), "{}", canonical);
+            prop_assert!(decode(canonical).is_some(), "{}", canonical);
             prop_assert!(agrees(canonical));
             for (at, byte, how) in edits {
                 let at = at.index(text.len());

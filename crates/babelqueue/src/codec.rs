@@ -284,10 +284,7 @@ fn extras(
 pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
     let text = std::str::from_utf8(body).map_err(|_| PoisonCause::NotUtf8)?;
     match crate::canonical::decode(text) {
-        Some(envelope) => Ok(Decoded {
-            envelope,
-            warnings: Vec::new(),
-        }),
+        Some(decoded) => Ok(decoded),
         None => decode_any(text),
     }
 }

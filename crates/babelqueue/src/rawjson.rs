@@ -125,6 +125,7 @@ const fn needs_escape(byte: u8) -> bool {
 /// Appends `text` as a JSON string literal with only the escapes JSON requires: `"`, `\` and the
 /// control characters (`\b \f \n \r \t`, the others as lowercase `\u00XX`). `/` and non-ASCII are
 /// written as they are, the way every BabelQueue SDK writes them.
+#[inline(always)]
 pub(crate) fn push_str_literal(out: &mut String, text: &str) {
     out.reserve(text.len() + 2);
     out.push('"');
