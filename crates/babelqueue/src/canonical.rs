@@ -428,6 +428,11 @@ mod tests {
             r#"{"job":"u"}}"#,
             "{\"job\":\"a\u{1}b\"}",
             "{\"job\":\"a\tb\"}",
+            "{\"job\":\"a\u{0}b\"}",
+            r#"{"job":"u"}x"#,
+            r#"{"job":"u"}{}"#,
+            r#"{"job":"u","data":{"s":"\ud800"}}"#,
+            r#"{"job":"u","data":{"s":"\x"}}"#,
         ] {
             assert!(decode(text).is_none(), "{text}");
         }
@@ -445,6 +450,27 @@ mod tests {
         ));
         assert!(decode(&deepest).is_some());
         assert!(agrees(&deepest));
+    }
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "\\PC{0,6}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(6, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec(("[a-z\"]{0,4}", inner), 0..6)
+                    .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+            ]
+        })
     }
 
     /// Bytes that change what a body means when they replace or join another.
@@ -473,6 +499,24 @@ mod tests {
             }
             if let Ok(text) = std::str::from_utf8(&text) {
                 prop_assert!(agrees(text), "{}", text);
+            }
+        }
+
+        #[test]
+        fn agrees_with_the_full_reader_on_any_payload(
+            data in proptest::collection::vec(("[a-z]{0,4}", json_value()), 0..6),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let data = serde_json::Value::Object(data.into_iter().collect()).to_string();
+            let text = body(&data);
+            if !text.contains('\\') {
+                prop_assert!(decode(&text).is_some(), "{}", text);
+            }
+            prop_assert!(agrees(&text), "{}", text);
+            // Every prefix is invalid JSON, which only the full reader may report.
+            let cut = cut.index(text.len());
+            if let Some(prefix) = text.get(..cut) {
+                prop_assert!(decode(prefix).is_none(), "{}", prefix);
             }
         }
     }
