@@ -45,6 +45,11 @@
 //!   quiescent round (every started publish registered and completed): lapin's queue never
 //!   holds more returns than returned publishes still awaiting their ack, so it is then empty
 //!   and every return is in the pool.
+//! - Identical messages can take each other's returns. A publish answered as returned with a
+//!   return its own ack did not follow (the ack carried another's) may hold an identical
+//!   publish's return while its own is still inside lapin: that return is *owed*, and an
+//!   identical publish holding none is not decided acked until the owed return has surfaced,
+//!   by the argument of the previous rule, or at a quiescent round.
 //! - Once the channel failed, lapin fails the pending confirms without popping its queue, so
 //!   the quiescent argument no longer holds: acks still undecided when everything has completed
 //!   are reported unconfirmed (the caller publishes again: a duplicate, never a loss).
@@ -328,6 +333,7 @@ where
         returned_ready: Vec::new(),
         unstamped: Vec::new(),
         pool: Vec::new(),
+        owed: Vec::new(),
         holding: BTreeSet::new(),
         round: 0,
         clean_max: None,
@@ -433,6 +439,10 @@ pub(super) struct Tracker<F> {
     unstamped: Vec<u64>,
     /// Returns not yet matched to a publish.
     pool: Vec<ReturnedMessage>,
+    /// Returns still to come for publishes answered as returned with a return that may have been
+    /// an identical publish's: until it has surfaced, an identical publish holding no return may
+    /// be the one it belongs to.
+    owed: Vec<Owed>,
     /// Publishes holding a matched return whose own confirm has not completed yet.
     holding: BTreeSet<u64>,
     round: u64,
@@ -498,6 +508,9 @@ where
                 done.next_started = Some(started);
             }
         }
+        for owed in &mut self.owed {
+            owed.next_started.get_or_insert(started);
+        }
         self.drain_registrations();
         let covering = self.watermark >= started;
         self.last_covering = covering;
@@ -512,6 +525,7 @@ where
             // Lapin's queue is empty and every started publish had its chance to match: what is
             // left belongs to publishes abandoned after sending, and must not match later ones.
             self.pool.clear();
+            self.owed.clear();
         }
         self.clean_max = self.clean_max.max(clean_max);
         if self.closed && self.entries.is_empty() && self.confirms.is_empty() {
@@ -686,14 +700,20 @@ where
                     .entries
                     .get(&seq)
                     .is_some_and(|entry| entry.done.is_some() && entry.returned.is_some());
-                if holds_return && let Some(entry) = self.entries.remove(&seq) {
+                if holds_return {
                     self.completed.remove(&seq);
-                    entry.answer(true);
+                    self.settle(seq, true);
                 }
             }
             return;
         }
         self.returned_ready.clear();
+        let clean_max = self.clean_max;
+        self.owed
+            .retain(|owed| match (owed.next_started, clean_max) {
+                (Some(next), Some(clean)) => clean < next,
+                _ => true,
+            });
         for seq in std::mem::take(&mut self.completed) {
             let attributed = match self.entries.get(&seq) {
                 Some(entry) => self.ack_attribution(entry, covering, quiescent),
@@ -704,10 +724,36 @@ where
                 continue;
             };
             self.take_identical_return(seq);
-            if let Some(entry) = self.entries.remove(&seq) {
-                entry.answer(attributed);
-            }
+            self.settle(seq, attributed);
         }
+    }
+
+    /// Answers `seq`. A publish returned on the strength of a return its own ack did not precede
+    /// (it carried another's) may hold an identical publish's return while its own is still
+    /// inside lapin: that one is owed to whichever identical publish holds none.
+    fn settle(&mut self, seq: u64, attributed: bool) {
+        let Some(entry) = self.entries.remove(&seq) else {
+            return;
+        };
+        if let (
+            Some(returned),
+            Some(Done {
+                kind: DoneKind::CarryingAck,
+                ..
+            }),
+        ) = (&entry.returned, &entry.done)
+        {
+            self.owed.push(Owed {
+                content: returned.clone(),
+                next_started: entry.done.as_ref().and_then(|done| done.next_started),
+            });
+        }
+        entry.answer(attributed);
+    }
+
+    /// Whether an identical publish was returned with a return that may be this one's.
+    fn owes(&self, entry: &Entry) -> bool {
+        self.owed.iter().any(|owed| entry.could_be(&owed.content))
     }
 
     /// Identical messages share one fate, so a return matched to an identical publish that has
@@ -745,13 +791,22 @@ where
             return Some(true);
         }
         match done.kind {
-            DoneKind::CleanAck => (covering && done.round < self.round).then_some(true),
+            DoneKind::CleanAck => {
+                let owes = self.owes(entry);
+                if covering && done.round < self.round && !owes {
+                    Some(true)
+                } else {
+                    // Quiescent, every return has surfaced unless the channel failed: then one
+                    // owed to an identical publish may stay inside lapin for good.
+                    quiescent.then_some(!(self.failed && owes))
+                }
+            }
             DoneKind::CarryingAck => {
                 let later_clean = match (done.next_started, self.clean_max) {
                     (Some(next), Some(clean)) => clean >= next,
                     _ => false,
                 };
-                if covering && later_clean {
+                if covering && later_clean && !self.owes(entry) {
                     Some(true)
                 } else {
                     quiescent.then_some(!self.failed)
@@ -760,6 +815,15 @@ where
             DoneKind::Nack | DoneKind::Failed(_) => Some(true),
         }
     }
+}
+
+/// A return still to come for a publish answered as returned with a return that may not be its
+/// own. It has surfaced once a publish observed later completed carrying no return (lapin's
+/// queue was empty then), exactly as for an ack that carried another's return.
+struct Owed {
+    content: ReturnedMessage,
+    /// `N` of the first round that started after the publish's completion was observed.
+    next_started: Option<u64>,
 }
 
 impl Entry {

@@ -275,6 +275,19 @@ proptest! {
 }
 
 #[test]
+fn identical_unroutable_messages_never_lend_a_return_another_still_needs() {
+    // Identical publishes whose returns ride on each other's acks: answering one as returned
+    // with the other's return once reported the other acked while its return was still queued.
+    run(
+        vec![0, 0, 7, 0, 6, 0, 5, 0, 2, 7, 0, 0, 0, 0],
+        9678758714600053581,
+        None,
+    );
+    run(vec![5, 5, 1, 0, 0, 5, 0, 0], 9359754567649715870, None);
+    run(vec![5, 5, 1, 0, 0, 5, 0, 0], 9368868148320654124, Some(54));
+}
+
+#[test]
 fn distinct_unroutable_messages_in_one_cumulative_ack_are_each_returned() {
     // Many publishes acked together are where lapin's hash order scrambles the returns.
     for seed in 0..200 {
