@@ -46,18 +46,14 @@ pub(crate) fn decode(text: &str) -> Option<Decoded> {
     let mut seen = 0_u8;
     if !reader.eat(b'}') {
         loop {
-            let member = if reader.word(b"\"job\":") {
-                0
-            } else if reader.word(b"\"trace_id\":") {
-                1
-            } else if reader.word(b"\"data\":") {
-                2
-            } else if reader.word(b"\"meta\":") {
-                3
-            } else if reader.word(b"\"attempts\":") {
-                4
-            } else {
-                return None;
+            // The first letter tells which key it can be.
+            let member = match reader.after_quote()? {
+                b'j' if reader.word(b"\"job\":") => 0,
+                b't' if reader.word(b"\"trace_id\":") => 1,
+                b'd' if reader.word(b"\"data\":") => 2,
+                b'm' if reader.word(b"\"meta\":") => 3,
+                b'a' if reader.word(b"\"attempts\":") => 4,
+                _ => return None,
             };
             if seen & (1 << member) != 0 {
                 return None;
@@ -102,6 +98,11 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.i).copied()
+    }
+
+    /// The byte after the next one: a key's first letter when a key starts here.
+    fn after_quote(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.i + 1).copied()
     }
 
     fn eat(&mut self, byte: u8) -> bool {
@@ -216,18 +217,13 @@ impl<'a> Reader<'a> {
         if !self.eat(b'}') {
             let mut seen = 0_u8;
             loop {
-                let member = if self.word(b"\"id\":") {
-                    0
-                } else if self.word(b"\"queue\":") {
-                    1
-                } else if self.word(b"\"lang\":") {
-                    2
-                } else if self.word(b"\"schema_version\":") {
-                    3
-                } else if self.word(b"\"created_at\":") {
-                    4
-                } else {
-                    return None;
+                let member = match self.after_quote()? {
+                    b'i' if self.word(b"\"id\":") => 0,
+                    b'q' if self.word(b"\"queue\":") => 1,
+                    b'l' if self.word(b"\"lang\":") => 2,
+                    b's' if self.word(b"\"schema_version\":") => 3,
+                    b'c' if self.word(b"\"created_at\":") => 4,
+                    _ => return None,
                 };
                 if seen & (1 << member) != 0 {
                     return None;

@@ -282,7 +282,7 @@ fn extras(
 /// assert_eq!(decoded.envelope.meta().unwrap().extras()[0].0, "TS");
 /// ```
 pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
-    let text = std::str::from_utf8(body).map_err(|_| PoisonCause::NotUtf8)?;
+    let text = simdutf8::basic::from_utf8(body).map_err(|_| PoisonCause::NotUtf8)?;
     match crate::canonical::decode(text) {
         Some(decoded) => Ok(decoded),
         None => decode_any(text),
