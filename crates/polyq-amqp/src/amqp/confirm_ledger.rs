@@ -142,8 +142,21 @@ struct Sent<F> {
     answer: oneshot::Sender<Result<PublishOutcome>>,
 }
 
-/// The publishing side of a channel's ledger.
+/// The publishing side of a channel's ledger. Clones share it; the tracker learns that nothing
+/// more will register once the last is gone, and a publish in progress holds one.
 pub(super) struct LedgerHandle<F> {
+    shared: Arc<Publishers<F>>,
+}
+
+impl<F> Clone for LedgerHandle<F> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+struct Publishers<F> {
     inbox: Arc<Inbox<F>>,
     tracker: SharedTracker<F>,
 }
@@ -210,7 +223,7 @@ impl<F> Inbox<F> {
     }
 }
 
-impl<F> Drop for LedgerHandle<F> {
+impl<F> Drop for Publishers<F> {
     fn drop(&mut self) {
         self.inbox.closed.store(true, Ordering::SeqCst);
         self.inbox.waker.wake();
@@ -222,16 +235,16 @@ where
     F: Future<Output = Answer> + Unpin,
 {
     /// Takes the next sequence number; call it before the publish is sent.
-    pub(super) fn begin(&self) -> Publishing<'_, F> {
+    pub(super) fn begin(&self) -> Publishing<F> {
         Publishing {
-            handle: self,
-            seq: self.inbox.started.fetch_add(1, Ordering::SeqCst),
+            handle: self.clone(),
+            seq: self.shared.inbox.started.fetch_add(1, Ordering::SeqCst),
             registered: false,
         }
     }
 
     fn register(&self, registration: Registration<F>) {
-        if self.inbox.register(registration) {
+        if self.shared.inbox.register(registration) {
             self.drive_or_wake();
         }
     }
@@ -242,7 +255,7 @@ where
     /// when the tracker runs, so waking the tracker instead would cost a task switch per
     /// publish, and its round would find the next publish in the gap again.
     fn drive_or_wake(&self) {
-        if let Ok(mut tracker) = self.tracker.try_lock()
+        if let Ok(mut tracker) = self.shared.tracker.try_lock()
             && let Some(tracker) = tracker.as_mut()
             && let Some(waker) = tracker.task_waker.clone()
         {
@@ -250,22 +263,22 @@ where
             let _ = tracker.drive(&mut Context::from_waker(&waker));
             return;
         }
-        self.inbox.waker.wake();
+        self.shared.inbox.waker.wake();
     }
 }
 
 /// A publish between taking its sequence number and registering its confirm. Dropped without
 /// [`Publishing::sent`], it registers a tombstone so that later rounds can still cover.
-pub(super) struct Publishing<'a, F>
+pub(super) struct Publishing<F>
 where
     F: Future<Output = Answer> + Unpin,
 {
-    handle: &'a LedgerHandle<F>,
+    handle: LedgerHandle<F>,
     seq: u64,
     registered: bool,
 }
 
-impl<F> Publishing<'_, F>
+impl<F> Publishing<F>
 where
     F: Future<Output = Answer> + Unpin,
 {
@@ -285,7 +298,7 @@ where
     }
 }
 
-impl<F> Drop for Publishing<'_, F>
+impl<F> Drop for Publishing<F>
 where
     F: Future<Output = Answer> + Unpin,
 {
@@ -342,8 +355,10 @@ where
     })));
     (
         LedgerHandle {
-            inbox,
-            tracker: tracker.clone(),
+            shared: Arc::new(Publishers {
+                inbox,
+                tracker: tracker.clone(),
+            }),
         },
         TrackerTask { tracker },
     )
