@@ -6,7 +6,7 @@
 //! control characters, finite numbers in `data`) and returns `None` for anything outside that
 //! shape, valid or not: the full reader then decides, so every error, warning and edge case has
 //! one implementation. A body it accepts decodes to exactly what the full reader returns, which
-//! `codec`'s tests check on generated bodies.
+//! the tests below check on generated and edited bodies.
 //!
 //! The shape is narrow enough to be read in one pass without a general parser: with no backslash
 //! and no control character in the body, a string ends at the next quote, and every key is one of
@@ -199,27 +199,24 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Skips a number literal, checking its grammar; whether it is an integer literal.
-    fn number(&mut self) -> Option<bool> {
+    /// Steps over a number literal, checking its grammar.
+    fn number(&mut self) -> Option<()> {
         self.eat(b'-');
         match self.peek()? {
             b'0' => self.i += 1,
             b'1'..=b'9' => self.digits(),
             _ => return None,
         }
-        let mut integer = true;
         if self.eat(b'.') {
-            integer = false;
             self.some_digits()?;
         }
         if self.eat(b'e') || self.eat(b'E') {
-            integer = false;
             if !self.eat(b'+') {
                 self.eat(b'-');
             }
             self.some_digits()?;
         }
-        Some(integer)
+        Some(())
     }
 
     fn digits(&mut self) {
