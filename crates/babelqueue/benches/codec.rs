@@ -157,7 +157,7 @@ criterion_group!(codec, benches);
 /// instructions under `valgrind --tool=callgrind` (repeatable on a loaded machine): the
 /// difference between two counts of different `n`, divided, is the cost of one run. Sides: the
 /// round trips `envelope` and `plain`; the pieces `make`, `encode`, `decode`; and `parse`,
-/// `serde_json` checking the same body without building anything (the floor of any strict decode).
+/// `serde_json` checking the same body without building anything (what a general parser spends).
 fn count(args: &[String]) {
     let [payload, side, n] = args else {
         panic!("usage: codec count <typed|value> <side> <n>");
