@@ -440,7 +440,8 @@ pub(super) struct Tracker<F> {
     /// Whether the last round covered its start.
     last_covering: bool,
     confirms: FuturesUnordered<Tagged<F>>,
-    entries: BTreeMap<u64, Entry>,
+    /// Boxed: entries are large, and a B-tree shifts its values on every insert and removal.
+    entries: BTreeMap<u64, Box<Entry>>,
     /// Every sequence below it is registered.
     watermark: u64,
     registered_early: BinaryHeap<Reverse<u64>>,
@@ -571,12 +572,12 @@ where
             self.confirms.push(Tagged { seq, confirm });
             self.entries.insert(
                 seq,
-                Entry {
+                Box::new(Entry {
                     message,
                     answer,
                     returned: None,
                     done: None,
-                },
+                }),
             );
         }
         if seq == self.watermark {
