@@ -421,8 +421,15 @@ impl<E> Inner<E> {
 /// message's fate, not the message.
 #[must_use = "a publish is only known to be safe once its confirm resolved"]
 pub struct PendingConfirm {
-    future: Pin<Box<dyn Future<Output = Result<Envelope, RuntimeError>> + Send>>,
+    future: Pin<Box<dyn Future<Output = Result<Envelope, RuntimeError>> + Send + Sync>>,
 }
+
+// A window of pending confirms (a `FuturesUnordered` of them) is borrowed across `.await`s in
+// spawned tasks, which needs `Sync` as well as `Send`.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<PendingConfirm>();
+};
 
 impl PendingConfirm {
     fn failed(error: RuntimeError) -> Self {

@@ -330,8 +330,15 @@ pub struct Confirm {
     state: ConfirmState,
 }
 
+// A window of confirms (a `FuturesUnordered` of them) is borrowed across `.await`s in spawned
+// tasks, which needs `Sync` as well as `Send`.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Confirm>();
+};
+
 enum ConfirmState {
-    Pending(Pin<Box<dyn Future<Output = Result<PublishOutcome>> + Send>>),
+    Pending(Pin<Box<dyn Future<Output = Result<PublishOutcome>> + Send + Sync>>),
     /// Acked on publish (the embedded broker): no future to allocate per message. `false`
     /// once the outcome has been taken.
     Acked(bool),
@@ -340,7 +347,7 @@ enum ConfirmState {
 impl Confirm {
     /// Wraps a backend's confirm future.
     pub(crate) fn new(
-        future: impl Future<Output = Result<PublishOutcome>> + Send + 'static,
+        future: impl Future<Output = Result<PublishOutcome>> + Send + Sync + 'static,
     ) -> Self {
         Self {
             state: ConfirmState::Pending(Box::pin(future)),
