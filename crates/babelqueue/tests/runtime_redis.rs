@@ -3,34 +3,17 @@
 
 #![cfg(feature = "redis")]
 
-use std::time::Duration;
+mod runtime_support;
 
 use babelqueue::BabelQueue;
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::transport::{RedisLayout, Transport};
 use babelqueue::worker::{Job, UnknownUrn};
+use runtime_support::IDLE;
 use serde_json::json;
 use tokio::sync::mpsc;
 
 const URN: &str = "urn:babel:orders:created";
-const IDLE: Duration = Duration::from_millis(500);
-
-async fn delete_keys_of(url: &str, name: &str) {
-    let client = redis::Client::open(url).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{name}*"))
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    if !keys.is_empty() {
-        let () = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-    }
-}
 
 async fn fail_dead_letter_redrive_replay(layout: RedisLayout) {
     let url = polyq_testkit::redis_url();
@@ -128,7 +111,7 @@ async fn fail_dead_letter_redrive_replay(layout: RedisLayout) {
         .await
         .unwrap();
     assert_eq!((rest.redriven, rest.skipped), (0, 1), "{rest:?}");
-    delete_keys_of(&url, &name).await;
+    runtime_support::delete_redis_keys(&url, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

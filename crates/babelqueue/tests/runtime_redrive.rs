@@ -423,23 +423,7 @@ async fn delete(queue: &BabelQueue<AnyTransport>) {
             }
         }
         #[cfg(feature = "redis")]
-        _ => {
-            let url = polyq_testkit::redis_url();
-            let client = redis::Client::open(url).unwrap();
-            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("*{name}*"))
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            if !keys.is_empty() {
-                let () = redis::cmd("DEL")
-                    .arg(keys)
-                    .query_async(&mut connection)
-                    .await
-                    .unwrap();
-            }
-        }
+        _ => runtime_support::delete_redis_keys(&polyq_testkit::redis_url(), name).await,
         #[cfg(not(feature = "redis"))]
         _ => {}
     }
