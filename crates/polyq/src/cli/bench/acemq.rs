@@ -19,8 +19,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 
-use super::phases::{Settings, cpu_since, process_cpu};
-use super::rate;
+use super::phases::{Measure, Settings, cpu_since, process_cpu, slices};
 use super::raw::Raw;
 use super::through_polyq::Polyq;
 
@@ -101,23 +100,22 @@ pub(super) async fn run(args: AcemqArgs) -> anyhow::Result<()> {
     }
     admin.close().await?;
     let Measured {
-        rates: [publish, end_to_end],
-        cpu: [publish_cpu, end_to_end_cpu],
+        phases: [publish, end_to_end],
         latency,
     } = measured?;
-    let per_message =
-        |cpu: Option<Duration>| cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / f64::from(args.messages));
 
     let mut ratios = Vec::new();
-    for (name, [raw_side, acemq_side], [raw_cpu, acemq_cpu]) in [
-        ("confirmed publish", publish, publish_cpu),
-        ("end to end", end_to_end, end_to_end_cpu),
-    ] {
-        let acemq_rate = median(acemq_side);
+    for (name, [raw_side, acemq_side]) in
+        [("confirmed publish", publish), ("end to end", end_to_end)]
+    {
+        let acemq_rate = acemq_side.median_rate();
         if with_raw {
-            let raw_rate = median(raw_side);
+            let raw_rate = raw_side.median_rate();
             let ratio = acemq_rate / raw_rate;
-            let cpu = match (per_message(raw_cpu), per_message(acemq_cpu)) {
+            let cpu = match (
+                raw_side.cpu_per_message(args.messages),
+                acemq_side.cpu_per_message(args.messages),
+            ) {
                 (Some(raw), Some(acemq)) => {
                     format!("; client CPU per message raw {raw:.1} µs, acemq {acemq:.1} µs")
                 }
@@ -155,8 +153,7 @@ async fn measure(
     with_raw: bool,
     queues: &[String],
 ) -> anyhow::Result<Measured> {
-    let mut rates: [[Vec<f64>; 2]; 2] = Default::default();
-    let mut cpu_totals = [[Some(Duration::ZERO); 2]; 2];
+    let mut phases: [[Measure; 2]; 2] = Default::default();
     for (phase, phase_queues) in [(0, &queues[0..2]), (1, &queues[2..4])] {
         for (index, count) in slices(settings).enumerate() {
             let sides: &[usize] = match (with_raw, index % 2) {
@@ -193,11 +190,7 @@ async fn measure(
                         (elapsed, cpu)
                     }
                 };
-                cpu_totals[phase][side] = match (cpu_totals[phase][side], cpu) {
-                    (Some(total), Some(cpu)) => Some(total + cpu),
-                    _ => None,
-                };
-                rates[phase][side].push(rate(count, elapsed));
+                phases[phase][side].add(count, elapsed, cpu);
             }
         }
     }
@@ -209,39 +202,14 @@ async fn measure(
         args.latency_messages,
     )
     .await?;
-    Ok(Measured {
-        rates,
-        cpu: cpu_totals,
-        latency,
-    })
+    Ok(Measured { phases, latency })
 }
 
-/// What [`measure`] found: slice rates and process CPU of the two phases (`[publish, end to
-/// end]`, each `[raw, acemq]`), and the latency figures.
+/// What [`measure`] found: the slices of the two phases (`[publish, end to end]`, each `[raw,
+/// acemq]`), and the latency figures.
 struct Measured {
-    rates: [[Vec<f64>; 2]; 2],
-    cpu: [[Option<Duration>; 2]; 2],
+    phases: [[Measure; 2]; 2],
     latency: Latency,
-}
-
-/// Message counts of the slices: `slice` each, the last one what remains.
-fn slices(settings: &Settings) -> impl Iterator<Item = u32> + '_ {
-    let full = settings.messages / settings.slice;
-    let rest = settings.messages % settings.slice;
-    (0..full)
-        .map(|_| settings.slice)
-        .chain((rest > 0).then_some(rest))
-}
-
-/// The median rate: other load on a shared machine stalls random slices for longer than the
-/// difference being measured, and the median ignores those stalls.
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    match rates.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => rates[n / 2],
-        n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
-    }
 }
 
 /// What a hand-written AceMQ-compatible publisher sends with each message: an envelope's headers

@@ -76,7 +76,7 @@ pub(super) async fn compare(url: &str, settings: &Settings) -> anyhow::Result<()
 }
 
 /// Message counts of the slices: `slice` each, the last one what remains.
-fn slices(settings: &Settings) -> impl Iterator<Item = u32> + '_ {
+pub(super) fn slices(settings: &Settings) -> impl Iterator<Item = u32> + '_ {
     let full = settings.messages / settings.slice;
     let rest = settings.messages % settings.slice;
     (0..full)
@@ -157,7 +157,7 @@ fn order(index: usize) -> [usize; 2] {
 
 /// The slices of one side in one phase.
 #[derive(Debug, Default)]
-struct Measure {
+pub(super) struct Measure {
     /// Rate of each slice, msg/s.
     rates: Vec<f64>,
     elapsed: Duration,
@@ -166,7 +166,7 @@ struct Measure {
 
 impl Measure {
     /// Adds a slice of `count` messages that took `elapsed` and `cpu`.
-    fn add(&mut self, count: u32, elapsed: Duration, cpu: Option<Duration>) {
+    pub(super) fn add(&mut self, count: u32, elapsed: Duration, cpu: Option<Duration>) {
         self.rates.push(rate(count, elapsed));
         self.elapsed += elapsed;
         self.cpu = match (self.cpu.or(Some(Duration::ZERO)), cpu) {
@@ -182,7 +182,7 @@ impl Measure {
     /// The median slice rate. Other load on the machine stalls random slices for far longer than
     /// the difference being measured; the median ignores those stalls where a mean or total
     /// would not.
-    fn median_rate(&self) -> f64 {
+    pub(super) fn median_rate(&self) -> f64 {
         let mut rates = self.rates.clone();
         rates.sort_by(f64::total_cmp);
         match rates.len() {
@@ -192,7 +192,7 @@ impl Measure {
         }
     }
 
-    fn cpu_per_message(&self, messages: u32) -> Option<f64> {
+    pub(super) fn cpu_per_message(&self, messages: u32) -> Option<f64> {
         self.cpu
             .map(|cpu| cpu.as_secs_f64() * 1e6 / f64::from(messages))
     }
