@@ -301,9 +301,12 @@ impl Client {
         dispatch!(self.unbind_queue(binding))
     }
 
-    /// Publishes a message. Resolves once the message is handed to the broker, to a
-    /// [`Confirm`] that resolves when the broker settles it; awaiting confirms later lets many
-    /// publishes be in flight at once.
+    /// Publishes a message. Resolves once the message is queued on the connection, behind
+    /// every earlier publish, to a [`Confirm`] that resolves when the broker settles it;
+    /// awaiting confirms later lets many publishes be in flight at once. On `amqp://` the
+    /// connection's writer puts the message on the socket after `publish` returned (a message
+    /// it could not write is sent again by the confirm), so only the confirm says that the
+    /// broker has it.
     pub async fn publish(&self, message: OutgoingMessage) -> Result<Confirm> {
         dispatch!(self.publish(message))
     }

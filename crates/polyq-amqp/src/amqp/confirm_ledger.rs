@@ -101,6 +101,9 @@ pub(super) enum Failure {
     Lost(String),
     /// The channel was not in confirm mode.
     NotConfirming,
+    /// The channel or connection went down before the publish's frames were all written: the
+    /// broker discards such a message, so it can be sent again.
+    Unwritten(String),
 }
 
 impl Failure {
@@ -114,7 +117,9 @@ impl Failure {
                 kind: "exchange",
                 name: exchange.to_owned(),
             },
-            Failure::Refused { reason, .. } | Failure::Lost(reason) => Error::Unconfirmed {
+            Failure::Refused { reason, .. }
+            | Failure::Lost(reason)
+            | Failure::Unwritten(reason) => Error::Unconfirmed {
                 exchange: exchange.to_owned(),
                 reason,
             },
@@ -127,8 +132,19 @@ impl Failure {
     }
 }
 
+/// What a publish's caller is told.
+#[derive(Debug)]
+pub(super) enum Settled {
+    Outcome(Result<PublishOutcome>),
+    /// Its frames were never all written ([`Failure::Unwritten`]); here is the message back.
+    Unwritten {
+        message: OutgoingMessage,
+        reason: String,
+    },
+}
+
 /// Where a caller's outcome is delivered.
-pub(super) type Answered = oneshot::Receiver<Result<PublishOutcome>>;
+pub(super) type Answered = oneshot::Receiver<Settled>;
 
 struct Registration<F> {
     seq: u64,
@@ -139,7 +155,7 @@ struct Registration<F> {
 struct Sent<F> {
     confirm: F,
     message: OutgoingMessage,
-    answer: oneshot::Sender<Result<PublishOutcome>>,
+    answer: oneshot::Sender<Settled>,
 }
 
 /// The publishing side of a channel's ledger. Clones share it; the tracker learns that nothing
@@ -197,7 +213,7 @@ impl<F> Inbox<F> {
             Some(Registration {
                 sent: Some(sent), ..
             }) => {
-                let _ = sent.answer.send(Err(unattributed(&sent.message.exchange)));
+                let _ = sent.answer.send(unattributed(&sent.message.exchange));
                 false
             }
             Some(_) => false,
@@ -312,11 +328,11 @@ where
     }
 }
 
-fn unattributed(exchange: &str) -> Error {
-    Error::Unconfirmed {
+fn unattributed(exchange: &str) -> Settled {
+    Settled::Outcome(Err(Error::Unconfirmed {
         exchange: exchange.to_owned(),
         reason: "the broker's answer could not be attributed before the channel closed".to_owned(),
-    }
+    }))
 }
 
 /// A ledger and the tracker task that drives it; spawn the task once per channel. It ends when
@@ -409,7 +425,7 @@ impl<F> Drop for TrackerTask<F> {
 
 struct Entry {
     message: OutgoingMessage,
-    answer: oneshot::Sender<Result<PublishOutcome>>,
+    answer: oneshot::Sender<Settled>,
     returned: Option<ReturnedMessage>,
     done: Option<Done>,
 }
@@ -856,15 +872,25 @@ impl Entry {
     /// Answers the caller. An ack is `attributed` unless the channel failed before it was
     /// certain that no return hidden inside lapin is its own.
     fn answer(self, attributed: bool) {
-        let exchange = &self.message.exchange;
-        let outcome = match (self.done.map(|done| done.kind), self.returned) {
-            (Some(DoneKind::Failed(failure)), _) => Err(failure.into_error(exchange)),
-            (Some(DoneKind::Nack), _) => Ok(PublishOutcome::Nacked),
-            (Some(_), Some(returned)) => Ok(PublishOutcome::Returned(returned)),
-            (Some(_), None) if attributed => Ok(PublishOutcome::Acked),
-            _ => Err(unattributed(exchange)),
+        let Entry {
+            message,
+            answer,
+            returned,
+            done,
+        } = self;
+        let settled = match (done.map(|done| done.kind), returned) {
+            (Some(DoneKind::Failed(Failure::Unwritten(reason))), _) => {
+                Settled::Unwritten { message, reason }
+            }
+            (Some(DoneKind::Failed(failure)), _) => {
+                Settled::Outcome(Err(failure.into_error(&message.exchange)))
+            }
+            (Some(DoneKind::Nack), _) => Settled::Outcome(Ok(PublishOutcome::Nacked)),
+            (Some(_), Some(returned)) => Settled::Outcome(Ok(PublishOutcome::Returned(returned))),
+            (Some(_), None) if attributed => Settled::Outcome(Ok(PublishOutcome::Acked)),
+            _ => unattributed(&message.exchange),
         };
-        let _ = self.answer.send(outcome);
+        let _ = answer.send(settled);
     }
 }
 
@@ -877,12 +903,10 @@ impl<F> Drop for Tracker<F> {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         for sent in late.into_iter().flatten().filter_map(|r| r.sent) {
-            let _ = sent.answer.send(Err(unattributed(&sent.message.exchange)));
+            let _ = sent.answer.send(unattributed(&sent.message.exchange));
         }
         for entry in std::mem::take(&mut self.entries).into_values() {
-            let _ = entry
-                .answer
-                .send(Err(unattributed(&entry.message.exchange)));
+            let _ = entry.answer.send(unattributed(&entry.message.exchange));
         }
     }
 }

@@ -181,7 +181,7 @@ impl AmqpClient {
     }
 
     pub(crate) async fn publish(&self, message: OutgoingMessage) -> Result<Confirm> {
-        publisher::publish(self.shared(), message).await
+        publisher::publish(&self.handle.shared, message).await
     }
 
     pub(crate) async fn get(&self, queue: &str) -> Result<Option<Delivery>> {

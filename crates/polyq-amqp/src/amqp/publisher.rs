@@ -1,18 +1,23 @@
 //! Confirmed publishing: every publish goes out on the confirm-mode channel and resolves to the
 //! broker's answer, never to "not requested". The channel's confirm ledger decides which
 //! publish a returned message belongs to.
+//!
+//! A publish returns as soon as lapin has queued its frames, without waiting for lapin's io
+//! loop to write them: a producer then queues many messages per wake-up of that thread, where
+//! waiting for each write costs two thread switches per message. The write is awaited behind
+//! the scenes, as the first half of the confirm.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker, ready};
 
 use bytes::Bytes;
-use futures_util::FutureExt;
-use futures_util::future::Map;
 use lapin::options::BasicPublishOptions;
 use lapin::{Confirmation, ErrorKind, PublisherConfirm};
+use tokio::sync::OwnedSemaphorePermit;
 
-use super::confirm_ledger::{Answer, Failure, Publishing};
+use super::confirm_ledger::{Answer, Answered, Failure, Settled};
 use super::convert::{properties_from_amqp, properties_to_amqp, short};
 use super::errors::Target;
 use super::supervisor::Shared;
@@ -22,14 +27,46 @@ use crate::message::{OutgoingMessage, ReturnedMessage};
 
 const OPERATION: &str = "publish";
 
-/// A lapin confirm, read as what lapin reported.
-pub(super) type LapinConfirm = Map<PublisherConfirm, fn(lapin::Result<Confirmation>) -> Answer>;
+/// Publishes of one channel whose frames lapin may hold unwritten: past it a publish waits for
+/// the io loop, so a producer faster than the socket is slowed down rather than queueing
+/// without bound.
+pub(super) const MAX_UNWRITTEN: usize = 1024;
 
-/// Sends `message` and returns its pending confirm once the frames are written. During an
-/// outage it waits for recovery up to `recovery_wait`. A send that failed is retried: the broker
-/// discards a message whose frames did not all arrive, so a retry cannot lose it, only (rarely)
-/// duplicate it.
-pub(super) async fn publish(shared: &Shared, mut message: OutgoingMessage) -> Result<Confirm> {
+/// How many times a publish whose frames never all reached the socket (the channel or
+/// connection went down first) is sent again before its confirm reports it unconfirmed.
+const UNWRITTEN_RESENDS: u8 = 3;
+
+/// Sends `message` and returns its pending confirm once lapin has queued the frames. During an
+/// outage it waits for recovery up to `recovery_wait`. A send that failed is retried, here or
+/// from the confirm when its frames could not be written: the broker discards a message whose
+/// frames did not all arrive, so a retry cannot lose it, only (rarely) duplicate it.
+pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> Result<Confirm> {
+    let mut answered = send(shared, message).await?;
+    let shared = Arc::clone(shared);
+    Ok(Confirm::new(async move {
+        let mut resends = 0;
+        loop {
+            match answered.await {
+                Ok(Settled::Outcome(outcome)) => return outcome,
+                Ok(Settled::Unwritten { message, .. }) if resends < UNWRITTEN_RESENDS => {
+                    resends += 1;
+                    answered = send(&shared, message).await?;
+                }
+                Ok(Settled::Unwritten { message, reason }) => {
+                    return Err(Error::Unconfirmed {
+                        exchange: message.exchange,
+                        reason,
+                    });
+                }
+                Err(_) => return Err(Error::Closed),
+            }
+        }
+    }))
+}
+
+/// Queues `message`'s frames on the publishing channel and registers its confirm with the
+/// channel's ledger.
+async fn send(shared: &Shared, message: OutgoingMessage) -> Result<Answered> {
     let options = BasicPublishOptions {
         mandatory: message.mandatory,
         immediate: false,
@@ -43,27 +80,32 @@ pub(super) async fn publish(shared: &Shared, mut message: OutgoingMessage) -> Re
                 let exchange = short(OPERATION, "exchange name", &message.exchange)?;
                 let routing_key = short(OPERATION, "routing key", &message.routing_key)?;
                 let properties = properties_to_amqp(OPERATION, &message.properties)?;
+                let slot = Arc::clone(&publishing.unwritten)
+                    .acquire_owned()
+                    .await
+                    .unwrap_or_else(|_| {
+                        unreachable!("the unwritten-publish semaphore is never closed")
+                    });
                 let channel = publishing.channel.clone();
                 let body = message.body.clone();
-                let mut sending = Sending {
-                    send: Some(Box::pin(async move {
-                        channel
-                            .basic_publish(exchange, routing_key, options, &body, properties)
-                            .await
-                    })),
-                    publishing: Some((publishing.ledger.begin(), message)),
-                };
-                let written = (&mut sending).await;
-                let (pending, sent) = sending.finished();
-                message = sent;
-                match written {
-                    Ok(confirm) => {
-                        let answered = pending.sent(confirm.map(answer as _), message);
-                        return Ok(Confirm::new(async move {
-                            answered.await.unwrap_or(Err(Error::Closed))
-                        }));
+                let mut write: Write = Box::pin(async move {
+                    channel
+                        .basic_publish(exchange, routing_key, options, &body, properties)
+                        .await
+                });
+                // No await from here to the registration, so a cancelled caller cannot leave a
+                // confirm lapin knows of unregistered. lapin takes the delivery tag and queues
+                // the frames in the first poll; whoever polls the confirm later is woken by
+                // the write, so this poll needs no waker.
+                let pending = publishing.ledger.begin();
+                match write.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Pending => {
+                        return Ok(pending.sent(LapinConfirm::writing(write, slot), message));
                     }
-                    Err(error) => error,
+                    Poll::Ready(Ok(confirm)) => {
+                        return Ok(pending.sent(LapinConfirm::confirming(confirm), message));
+                    }
+                    Poll::Ready(Err(error)) => error,
                 }
             }
             Err(error) => error,
@@ -82,61 +124,53 @@ pub(super) async fn publish(shared: &Shared, mut message: OutgoingMessage) -> Re
     }
 }
 
-/// A `basic.publish` whose frames lapin is writing. lapin registers the confirm before the
-/// write, and a confirm dropped unregistered still takes a return when it completes, which
-/// would then never reach the ledger: so a send whose caller is cancelled finishes on a task of
-/// its own and registers its confirm like any other.
-struct Sending<S>
-where
-    S: Future<Output = lapin::Result<PublisherConfirm>> + Send + 'static,
-{
-    send: Option<Pin<Box<S>>>,
-    publishing: Option<(Publishing<LapinConfirm>, OutgoingMessage)>,
+/// The rest of a `basic.publish` after its frames were queued: resolves once lapin's io loop
+/// wrote them, to the confirm lapin registered.
+type Write = Pin<Box<dyn Future<Output = lapin::Result<PublisherConfirm>> + Send>>;
+
+/// One publish's confirm as the ledger sees it: the write of its frames, then lapin's answer.
+pub(super) struct LapinConfirm {
+    stage: Stage,
 }
 
-impl<S> Sending<S>
-where
-    S: Future<Output = lapin::Result<PublisherConfirm>> + Send + 'static,
-{
-    /// What the finished send leaves for registering or retrying.
-    fn finished(mut self) -> (Publishing<LapinConfirm>, OutgoingMessage) {
-        self.send = None;
-        self.publishing
-            .take()
-            .unwrap_or_else(|| unreachable!("a send is finished once"))
+enum Stage {
+    /// Holds a place among the channel's unwritten publishes until the frames are written.
+    Writing {
+        write: Write,
+        _slot: OwnedSemaphorePermit,
+    },
+    Confirming(PublisherConfirm),
+}
+
+impl LapinConfirm {
+    fn writing(write: Write, slot: OwnedSemaphorePermit) -> Self {
+        Self {
+            stage: Stage::Writing { write, _slot: slot },
+        }
     }
-}
 
-impl<S> Future for Sending<S>
-where
-    S: Future<Output = lapin::Result<PublisherConfirm>> + Send + 'static,
-{
-    type Output = lapin::Result<PublisherConfirm>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.send.as_mut() {
-            Some(send) => send.as_mut().poll(cx),
-            None => Poll::Pending,
+    fn confirming(confirm: PublisherConfirm) -> Self {
+        Self {
+            stage: Stage::Confirming(confirm),
         }
     }
 }
 
-impl<S> Drop for Sending<S>
-where
-    S: Future<Output = lapin::Result<PublisherConfirm>> + Send + 'static,
-{
-    fn drop(&mut self) {
-        let (Some(send), Some((pending, message))) = (self.send.take(), self.publishing.take())
-        else {
-            return;
-        };
-        // Without a runtime the tombstone `pending` leaves is all the ledger can have.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Ok(confirm) = send.await {
-                    drop(pending.sent(confirm.map(answer as _), message));
+impl Future for LapinConfirm {
+    type Output = Answer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        if let Stage::Writing { write, .. } = &mut self.stage {
+            match ready!(write.as_mut().poll(cx)) {
+                Ok(confirm) => self.stage = Stage::Confirming(confirm),
+                Err(error) => {
+                    return Poll::Ready(Answer::Failed(Failure::Unwritten(error.to_string())));
                 }
-            });
+            }
+        }
+        match &mut self.stage {
+            Stage::Confirming(confirm) => Pin::new(confirm).poll(cx).map(answer),
+            Stage::Writing { .. } => unreachable!("a written publish is confirming"),
         }
     }
 }

@@ -6,7 +6,7 @@ use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
 
 use super::confirm_ledger::{self, LedgerHandle};
-use super::publisher::LapinConfirm;
+use super::publisher::{LapinConfirm, MAX_UNWRITTEN};
 
 /// A channel opened on first use and opened again after it closes; operations on it run one at
 /// a time, so a channel error is reported to the operation that caused it.
@@ -34,6 +34,8 @@ pub(super) struct Session {
 pub(super) struct PublishingChannel {
     pub(super) channel: Channel,
     pub(super) ledger: LedgerHandle<LapinConfirm>,
+    /// Places among the publishes whose frames lapin holds unwritten.
+    pub(super) unwritten: Arc<tokio::sync::Semaphore>,
 }
 
 impl Session {
@@ -89,5 +91,9 @@ async fn confirming_channel(connection: &Connection) -> lapin::Result<Publishing
         .await?;
     let (ledger, tracker) = confirm_ledger::ledger();
     tokio::spawn(tracker);
-    Ok(PublishingChannel { channel, ledger })
+    Ok(PublishingChannel {
+        channel,
+        ledger,
+        unwritten: Arc::new(tokio::sync::Semaphore::new(MAX_UNWRITTEN)),
+    })
 }

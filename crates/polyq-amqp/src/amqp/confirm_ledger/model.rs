@@ -14,7 +14,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::sync::oneshot;
 
-use super::{Answer, Answered, Failure, LedgerHandle, Publishing, TrackerTask, ledger};
+use super::{Answer, Answered, Failure, LedgerHandle, Publishing, Settled, TrackerTask, ledger};
 use crate::Properties;
 use crate::error::Error;
 use crate::message::{OutgoingMessage, PublishOutcome, ReturnedMessage};
@@ -232,6 +232,9 @@ fn run(ids: Vec<u8>, seed: u64, close_after: Option<usize>) {
         let outcome = answered
             .try_recv()
             .unwrap_or_else(|_| panic!("publish {index} (id {id}) was never answered"));
+        let Settled::Outcome(outcome) = outcome else {
+            panic!("publish {index} (id {id}) reported unwritten; the model writes every publish");
+        };
         match outcome {
             Ok(PublishOutcome::Returned(returned)) => {
                 assert!(
