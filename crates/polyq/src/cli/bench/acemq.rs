@@ -2,7 +2,8 @@
 //! in alternating slices of one run, and acemq's publish-to-handler latency at a steady rate.
 //!
 //! Both phases alternate between the sides slice by slice in ABBA order, each slice on a
-//! connection of its own, as `polyq bench amqp` does and for the same reasons. The publish phase
+//! connection of its own, as `polyq bench amqp` does and for the same reasons. Both have a third
+//! side, raw lapin queuing its writes as polyq-amqp does, reported beside the ratio. The publish phase
 //! is confirmed publishing with a window of confirms outstanding; the end-to-end phase publishes
 //! the same way while a consumer with the prefetch applied takes and acknowledges every message
 //! (acemq: a no-op handler). A side's figure is the median of its slice rates.
@@ -19,7 +20,9 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 
-use super::phases::{Measure, Settings, cpu_since, process_cpu, slices};
+use super::phases::{
+    Measure, PUBLISH_SIDES, Settings, Side, cpu_since, in_turn, process_cpu, queued_clause, slices,
+};
 use super::raw::Raw;
 use super::through_polyq::Polyq;
 
@@ -91,7 +94,7 @@ pub(super) async fn run(args: AcemqArgs) -> anyhow::Result<()> {
 
     let admin = Polyq::connect(&args.url).await?;
     let mut queues = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..2 * PUBLISH_SIDES.len() + 1 {
         queues.push(admin.declare_queue().await?);
     }
     let measured = measure(&args, &settings, with_raw, &queues).await;
@@ -105,7 +108,7 @@ pub(super) async fn run(args: AcemqArgs) -> anyhow::Result<()> {
     } = measured?;
 
     let mut ratios = Vec::new();
-    for (name, [raw_side, acemq_side]) in
+    for (name, [raw_side, raw_queued, acemq_side]) in
         [("confirmed publish", publish), ("end to end", end_to_end)]
     {
         let acemq_rate = acemq_side.median_rate();
@@ -121,8 +124,9 @@ pub(super) async fn run(args: AcemqArgs) -> anyhow::Result<()> {
                 }
                 _ => String::new(),
             };
+            let queued = queued_clause(&raw_queued, acemq_rate, args.messages);
             println!(
-                "{name}: median slice raw lapin {raw_rate:.0} msg/s, acemq {acemq_rate:.0} msg/s, ratio {ratio:.3}{cpu}"
+                "{name}: median slice raw lapin {raw_rate:.0} msg/s, acemq {acemq_rate:.0} msg/s, ratio {ratio:.3}{cpu}{queued}"
             );
             ratios.push(ratio);
         } else {
@@ -146,34 +150,26 @@ pub(super) async fn run(args: AcemqArgs) -> anyhow::Result<()> {
 }
 
 /// Runs both phases and the latency phase, each side's process CPU counted over its timed part
-/// only. `queues`: raw publish, acemq publish, raw end to end, acemq end to end, latency.
+/// only. `queues`: one per side of the publish phase, one per side of the end-to-end phase (in
+/// [`PUBLISH_SIDES`] order), then the latency phase's.
 async fn measure(
     args: &AcemqArgs,
     settings: &Settings,
     with_raw: bool,
     queues: &[String],
 ) -> anyhow::Result<Measured> {
-    let mut phases: [[Measure; 2]; 2] = Default::default();
-    for (phase, phase_queues) in [(0, &queues[0..2]), (1, &queues[2..4])] {
+    let mut phases: [[Measure; 3]; 2] = Default::default();
+    let sides: &[Side] = if with_raw {
+        &PUBLISH_SIDES
+    } else {
+        &[Side::Library]
+    };
+    for (phase, phase_queues) in queues.chunks(PUBLISH_SIDES.len()).take(2).enumerate() {
         for (index, count) in slices(settings).enumerate() {
-            let sides: &[usize] = match (with_raw, index % 2) {
-                (false, _) => &[1],
-                (true, 0) => &[0, 1],
-                (true, _) => &[1, 0],
-            };
-            for &side in sides {
-                let queue = &phase_queues[side];
+            for side in in_turn(sides, index) {
+                let queue = &phase_queues[side as usize];
                 let (elapsed, cpu) = match (side, phase) {
-                    (0, 0) => {
-                        let raw = Raw::connect(&args.url).await?;
-                        let before = process_cpu();
-                        let elapsed = raw.publish(queue, count, settings).await?;
-                        let cpu = cpu_since(before);
-                        raw.close().await?;
-                        (elapsed, cpu)
-                    }
-                    (0, _) => raw_end_to_end(&args.url, queue, count, settings).await?,
-                    (_, 0) => {
+                    (Side::Library, 0) => {
                         let mq = connect(&args.url, settings.window).await?;
                         let before = process_cpu();
                         let elapsed = publish(&mq, queue, count, settings).await?;
@@ -181,7 +177,7 @@ async fn measure(
                         mq.close().await?;
                         (elapsed, cpu)
                     }
-                    _ => {
+                    (Side::Library, _) => {
                         let mq = connect(&args.url, settings.window).await?;
                         let before = process_cpu();
                         let elapsed = end_to_end(&mq, queue, count, settings).await?;
@@ -189,14 +185,25 @@ async fn measure(
                         mq.close().await?;
                         (elapsed, cpu)
                     }
+                    (raw_side, 0) => {
+                        let raw = Raw::connect(&args.url).await?;
+                        let before = process_cpu();
+                        let elapsed = raw.publish(raw_side, queue, count, settings).await?;
+                        let cpu = cpu_since(before);
+                        raw.close().await?;
+                        (elapsed, cpu)
+                    }
+                    (raw_side, _) => {
+                        raw_end_to_end(&args.url, raw_side, queue, count, settings).await?
+                    }
                 };
-                phases[phase][side].add(count, elapsed, cpu);
+                phases[phase][side as usize].add(count, elapsed, cpu);
             }
         }
     }
     let latency = latency(
         &args.url,
-        &queues[4],
+        &queues[2 * PUBLISH_SIDES.len()],
         settings,
         args.latency_rate,
         args.latency_messages,
@@ -205,10 +212,10 @@ async fn measure(
     Ok(Measured { phases, latency })
 }
 
-/// What [`measure`] found: the slices of the two phases (`[publish, end to end]`, each `[raw,
-/// acemq]`), and the latency figures.
+/// What [`measure`] found: the slices of the two phases (`[publish, end to end]`, each indexed
+/// by [`Side`]), and the latency figures.
 struct Measured {
-    phases: [[Measure; 2]; 2],
+    phases: [[Measure; 3]; 2],
     latency: Latency,
 }
 
@@ -259,6 +266,7 @@ pub(super) async fn connect(url: &str, window: usize) -> anyhow::Result<AceMq> {
 /// message; the wall time runs until both are done, and the process CPU over the same span.
 async fn raw_end_to_end(
     url: &str,
+    side: Side,
     queue: &str,
     count: u32,
     settings: &Settings,
@@ -269,7 +277,7 @@ async fn raw_end_to_end(
     let both = tokio::time::timeout(
         SLICE_DEADLINE,
         futures_util::future::try_join(
-            raw.publish(queue, count, settings),
+            raw.publish(side, queue, count, settings),
             raw.consume(queue, count, settings),
         ),
     )

@@ -23,7 +23,7 @@ use clap::{Args, ValueEnum};
 use futures_util::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 
-use super::phases::Settings;
+use super::phases::{Settings, Side};
 use super::rate;
 use super::through_polyq::Polyq;
 
@@ -208,7 +208,9 @@ async fn raw_publish(queue: &BabelQueue, args: &BabelArgs) -> anyhow::Result<f64
             .with_content_type("application/json".into()),
     );
     let raw = super::raw::Raw::connect(&args.url).await?;
-    let published = raw.publish(queue.queue(), args.messages, &settings).await;
+    let published = raw
+        .publish(Side::Raw, queue.queue(), args.messages, &settings)
+        .await;
     raw.close().await?;
     Ok(rate(args.messages, published?))
 }

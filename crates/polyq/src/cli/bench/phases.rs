@@ -3,7 +3,9 @@
 //! Each side gets a fresh non-durable queue. The publish phase and then the consume + ack phase
 //! alternate between the sides in slices (`--slice` messages): raw, polyq, polyq, raw, raw,
 //! polyq, ... so that drift and other load on the machine, which on a shared 2-core box changes
-//! from one second to the next, hits both sides alike. A side's figure is the median of its
+//! from one second to the next, hits every side alike. The publish phase has a third side, raw
+//! lapin queuing its writes as polyq-amqp does ([`Side::RawQueued`]), so that the figures show
+//! how much of polyq's lead is that technique. A side's figure is the median of its
 //! slice rates (the rate over the whole phase is printed too). Each slice starts from an idle
 //! pipeline (publish: no confirm outstanding; consume: a new consumer), which costs both sides
 //! the same. Every slice runs on a fresh connection (see [`run_slice`]).
@@ -27,13 +29,56 @@ pub(super) struct Settings {
     pub(super) raw_properties: lapin::BasicProperties,
 }
 
+/// Who works in a slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Side {
+    /// lapin as its documentation shows it: each `basic_publish` awaited (lapin's io loop has
+    /// written the frames), then its confirm.
+    Raw = 0,
+    /// lapin with each `basic_publish` polled once, which queues the frames, and awaited later
+    /// together with its confirm, as polyq-amqp publishes. Publish phases only.
+    RawQueued = 1,
+    /// The library being measured.
+    Library = 2,
+}
+
+/// The sides of a publish phase and of a consuming phase.
+pub(super) const PUBLISH_SIDES: [Side; 3] = [Side::Raw, Side::RawQueued, Side::Library];
+pub(super) const CONSUME_SIDES: [Side; 2] = [Side::Raw, Side::Library];
+
+/// `sides` in the order they take slice `index`: as given, then reversed (ABBA), so that no
+/// side is always first.
+pub(super) fn in_turn(sides: &[Side], index: usize) -> Vec<Side> {
+    let mut order = sides.to_vec();
+    if !index.is_multiple_of(2) {
+        order.reverse();
+    }
+    order
+}
+
+/// The publish-phase clause comparing with [`Side::RawQueued`].
+pub(super) fn queued_clause(raw_queued: &Measure, library_rate: f64, messages: u32) -> String {
+    let rate = raw_queued.median_rate();
+    let cpu = raw_queued
+        .cpu_per_message(messages)
+        .map(|cpu| format!(", client CPU per message {cpu:.1} µs"))
+        .unwrap_or_default();
+    format!(
+        "; raw lapin queuing its writes {rate:.0} msg/s{cpu}, ratio {:.3}",
+        library_rate / rate
+    )
+}
+
 /// Measures both phases and prints each side's rate and `ratio: R`, the lower of the publish and
 /// consume polyq/raw ratios.
 pub(super) async fn compare(url: &str, settings: &Settings) -> anyhow::Result<()> {
     // The queues are declared and deleted through a polyq client, which outlives a broker-side
     // close of every connection, so they are removed even when a phase fails.
     let admin = through_polyq::Polyq::connect(url).await?;
-    let queues = [admin.declare_queue().await?, admin.declare_queue().await?];
+    let mut queues = Vec::new();
+    for _ in PUBLISH_SIDES {
+        queues.push(admin.declare_queue().await?);
+    }
     let measured = measure(url, settings, &queues).await;
     for queue in &queues {
         admin.delete_queue(queue).await?;
@@ -42,7 +87,7 @@ pub(super) async fn compare(url: &str, settings: &Settings) -> anyhow::Result<()
     let [publish, consume] = measured?;
 
     let mut ratios = Vec::new();
-    for (name, [raw_side, polyq_side]) in
+    for (name, [raw_side, raw_queued, polyq_side]) in
         [("confirmed publish", publish), ("consume + ack", consume)]
     {
         let raw_rate = raw_side.median_rate();
@@ -62,9 +107,14 @@ pub(super) async fn compare(url: &str, settings: &Settings) -> anyhow::Result<()
             }
             _ => String::new(),
         };
+        let queued = if raw_queued.is_empty() {
+            String::new()
+        } else {
+            queued_clause(&raw_queued, polyq_rate, settings.messages)
+        };
         println!(
             "{name}: median slice raw lapin {raw_rate:.0} msg/s, polyq-amqp {polyq_rate:.0} msg/s, \
-             ratio {ratio:.3}{overall}{cpu}"
+             ratio {ratio:.3}{overall}{cpu}{queued}"
         );
         ratios.push(ratio);
     }
@@ -84,19 +134,23 @@ pub(super) fn slices(settings: &Settings) -> impl Iterator<Item = u32> + '_ {
         .chain((rest > 0).then_some(rest))
 }
 
-/// Both phases, both sides: `[publish, consume]`, each `[raw, polyq]`.
+/// Both phases, every side: `[publish, consume]`, each indexed by [`Side`]. Each side consumes
+/// from the queue it published to.
 async fn measure(
     url: &str,
     settings: &Settings,
-    queues: &[String; 2],
-) -> anyhow::Result<[[Measure; 2]; 2]> {
-    let mut measures: [[Measure; 2]; 2] = Default::default();
-    for phase in [Phase::Publish, Phase::Consume] {
+    queues: &[String],
+) -> anyhow::Result<[[Measure; 3]; 2]> {
+    let mut measures: [[Measure; 3]; 2] = Default::default();
+    for (phase, sides) in [
+        (Phase::Publish, &PUBLISH_SIDES[..]),
+        (Phase::Consume, &CONSUME_SIDES[..]),
+    ] {
         for (index, count) in slices(settings).enumerate() {
-            for side in order(index) {
-                let (elapsed, cpu) =
-                    run_slice(url, side, phase, &queues[side], count, settings).await?;
-                measures[phase as usize][side].add(count, elapsed, cpu);
+            for side in in_turn(sides, index) {
+                let queue = &queues[side as usize];
+                let (elapsed, cpu) = run_slice(url, side, phase, queue, count, settings).await?;
+                measures[phase as usize][side as usize].add(count, elapsed, cpu);
             }
         }
     }
@@ -116,17 +170,17 @@ enum Phase {
 /// the process CPU time it used.
 async fn run_slice(
     url: &str,
-    side: usize,
+    side: Side,
     phase: Phase,
     queue: &str,
     count: u32,
     settings: &Settings,
 ) -> anyhow::Result<(Duration, Option<Duration>)> {
-    if side == 0 {
+    if side != Side::Library {
         let raw = raw::Raw::connect(url).await?;
         let before = process_cpu();
         let elapsed = match phase {
-            Phase::Publish => raw.publish(queue, count, settings).await?,
+            Phase::Publish => raw.publish(side, queue, count, settings).await?,
             Phase::Consume => raw.consume(queue, count, settings).await?,
         };
         let cpu = cpu_since(before);
@@ -142,16 +196,6 @@ async fn run_slice(
         let cpu = cpu_since(before);
         polyq.close().await?;
         Ok((elapsed, cpu))
-    }
-}
-
-/// Which side goes first in slice `index` (0 = raw, 1 = polyq): ABBA, so neither side is
-/// always first.
-fn order(index: usize) -> [usize; 2] {
-    if index.is_multiple_of(2) {
-        [0, 1]
-    } else {
-        [1, 0]
     }
 }
 
@@ -177,6 +221,11 @@ impl Measure {
 
     fn elapsed(&self) -> Duration {
         self.elapsed
+    }
+
+    /// Whether no slice was measured (a side the phase does not have).
+    pub(super) fn is_empty(&self) -> bool {
+        self.rates.is_empty()
     }
 
     /// The median slice rate. Other load on the machine stalls random slices for far longer than

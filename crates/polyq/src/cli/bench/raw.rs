@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
     ConfirmSelectOptions,
@@ -11,7 +11,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
 
-use super::phases::Settings;
+use super::phases::{Settings, Side};
 
 /// One raw lapin connection with a confirm-mode publishing channel.
 pub(super) struct Raw {
@@ -37,9 +37,10 @@ impl Raw {
     }
 
     /// Publishes `count` mandatory transient messages with `window` confirms outstanding,
-    /// until the last confirm.
+    /// until the last confirm, as `side` publishes ([`Side::Raw`] or [`Side::RawQueued`]).
     pub(super) async fn publish(
         &self,
+        side: Side,
         queue: &str,
         count: u32,
         settings: &Settings,
@@ -48,28 +49,42 @@ impl Raw {
             mandatory: true,
             immediate: false,
         };
-        let mut in_flight = FuturesUnordered::new();
+        let (publisher, body) = (&self.publisher, &settings.body[..]);
         let started = Instant::now();
-        for _ in 0..count {
-            if in_flight.len() >= settings.window
-                && let Some(confirmation) = in_flight.next().await
-            {
-                check(confirmation)?;
-            }
-            in_flight.push(
-                self.publisher
+        if side == Side::RawQueued {
+            in_window(count, settings.window, async move || {
+                let mut publish = Box::pin(publisher.basic_publish(
+                    "".into(),
+                    queue.into(),
+                    options,
+                    body,
+                    settings.raw_properties.clone(),
+                ));
+                // The first poll queues the frames; the write is awaited with the confirm.
+                let queued = (&mut publish).now_or_never();
+                Ok(async move {
+                    let confirm = match queued {
+                        Some(written) => written?,
+                        None => publish.await?,
+                    };
+                    check(confirm.await)
+                })
+            })
+            .await?;
+        } else {
+            in_window(count, settings.window, async move || {
+                let confirm = publisher
                     .basic_publish(
                         "".into(),
                         queue.into(),
                         options,
-                        &settings.body,
+                        body,
                         settings.raw_properties.clone(),
                     )
-                    .await?,
-            );
-        }
-        while let Some(confirmation) = in_flight.next().await {
-            check(confirmation)?;
+                    .await?;
+                Ok(confirm.map(check))
+            })
+            .await?;
         }
         Ok(started.elapsed())
     }
@@ -120,6 +135,28 @@ impl Raw {
         }
         Ok(())
     }
+}
+
+/// Runs `count` publishes with at most `window` unsettled: `publish` hands one to lapin and
+/// returns what settles it.
+async fn in_window<P, S>(count: u32, window: usize, mut publish: P) -> anyhow::Result<()>
+where
+    P: AsyncFnMut() -> anyhow::Result<S>,
+    S: Future<Output = anyhow::Result<()>>,
+{
+    let mut in_flight = FuturesUnordered::new();
+    for _ in 0..count {
+        if in_flight.len() >= window
+            && let Some(settled) = in_flight.next().await
+        {
+            settled?;
+        }
+        in_flight.push(publish().await?);
+    }
+    while let Some(settled) = in_flight.next().await {
+        settled?;
+    }
+    Ok(())
 }
 
 fn check(confirmation: lapin::Result<Confirmation>) -> anyhow::Result<()> {
