@@ -1,6 +1,7 @@
 //! Recovery of the `amqp://` client: consumers and publishers carry on through a broker-side
 //! close of every connection, a delivery from before the failure cannot be settled on the new
-//! channel, and a publish during an outage waits for the connection (up to its bound).
+//! channel, a publish during an outage waits for the connection (up to its bound), and publishes
+//! whose frames were still queued when the connection went down are sent again.
 //!
 //! `rabbitmqctl close_all_connections` closes every connection of the vhost, including those of
 //! tests running in parallel elsewhere. All connection-killing tests live in this one test
@@ -21,6 +22,8 @@ use polyq_amqp::{
     QueueSpec,
 };
 use polyq_testkit::{amqp_url, unique_name};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, broadcast, watch};
 use tokio::time::timeout;
@@ -291,12 +294,14 @@ async fn consumer_and_publisher_carry_on_through_close_all_connections() {
 }
 
 /// A TCP proxy to the broker that can cut every connection and refuse new ones, to hold one
-/// client's connection down without touching anyone else's.
+/// client's connection down without touching anyone else's, and stop passing on what the
+/// client sends, so that the client's writes back up.
 struct Proxy {
     address: SocketAddr,
     up: Arc<AtomicBool>,
     cut: broadcast::Sender<()>,
     refused: watch::Receiver<u64>,
+    to_broker: watch::Sender<bool>,
 }
 
 impl Proxy {
@@ -306,22 +311,31 @@ impl Proxy {
         let up = Arc::new(AtomicBool::new(true));
         let (cut, _) = broadcast::channel(4);
         let (refused_tx, refused) = watch::channel(0u64);
+        let (to_broker, flowing) = watch::channel(true);
         let (accept_up, accept_cut) = (up.clone(), cut.clone());
         tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
+            while let Ok((inbound, _)) = listener.accept().await {
                 if !accept_up.load(Ordering::Acquire) {
                     drop(inbound);
                     refused_tx.send_modify(|n| *n += 1);
                     continue;
                 }
                 let mut cut = accept_cut.subscribe();
+                let flowing = flowing.clone();
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(upstream).await else {
+                    let Ok(outbound) = TcpStream::connect(upstream).await else {
                         return;
                     };
+                    let (from_client, to_client) = inbound.into_split();
+                    let (from_broker, to_broker) = outbound.into_split();
+                    let (_, always) = watch::channel(true);
+                    // Cut first: a stall lifted after a cut must not let the cut connection's
+                    // buffered bytes through.
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        biased;
                         _ = cut.recv() => {}
+                        _ = forward(from_client, to_broker, flowing) => {}
+                        _ = forward(from_broker, to_client, always) => {}
                     }
                 });
             }
@@ -331,7 +345,18 @@ impl Proxy {
             up,
             cut,
             refused,
+            to_broker,
         }
+    }
+
+    /// Stops passing on what clients send (the broker's side still flows) until
+    /// [`Proxy::resume`]; bytes already sent wait in the sockets' buffers.
+    fn stall(&self) {
+        self.to_broker.send_replace(false);
+    }
+
+    fn resume(&self) {
+        self.to_broker.send_replace(true);
     }
 
     /// Cuts every proxied connection and refuses new ones until [`Proxy::restore`].
@@ -352,6 +377,34 @@ impl Proxy {
             .await
             .expect("the client retried in time")
             .expect("proxy alive");
+    }
+}
+
+/// Copies `from` to `to` while `flowing` says so. Reading stops as soon as it says not to, so
+/// that nothing sent during a stall gets through.
+async fn forward(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut flowing: watch::Receiver<bool>,
+) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        if flowing.wait_for(|flows| *flows).await.is_err() {
+            return;
+        }
+        let read = tokio::select! {
+            read = from.read(&mut buffer) => read,
+            // Reading is cancel-safe: nothing read is lost by looking at the flag again.
+            _ = flowing.changed() => continue,
+        };
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if to.write_all(&buffer[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -420,6 +473,55 @@ async fn publish_during_an_outage_waits_for_the_connection() {
     assert_eq!(&delivery.body[..], b"during the outage");
     delivery.ack().await.expect("acks");
 
+    remove_and_close(client, &queue).await;
+}
+
+/// Publishes return once their frames are queued; the client writes them afterwards. Publishes
+/// whose frames were still queued when the connection went down never reached the broker, and
+/// their confirms send them again on the new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_caught_unwritten_by_a_lost_connection_are_sent_again() {
+    const MESSAGES: usize = 600;
+    let _serial = SERIAL.lock().await;
+    let (proxy, client, queue) = proxied_client(Duration::from_secs(30)).await;
+    // 64 KiB each: the sockets' buffers (a few MB) hold a small part of them, lapin the rest.
+    let body = "x".repeat(64 * 1024);
+
+    proxy.stall();
+    let mut confirms = Vec::new();
+    for _ in 0..MESSAGES {
+        let published = timeout(LIMIT, client.publish(message(&queue, body.clone())))
+            .await
+            .expect("a publish returns without the broker having the message");
+        confirms.push(published.expect("queued"));
+    }
+    proxy.cut();
+    proxy.resume();
+    proxy.restore();
+
+    let outcomes = timeout(LIMIT, futures_util::future::join_all(confirms))
+        .await
+        .expect("every confirm resolved in time");
+    let mut acked = 0;
+    for outcome in outcomes {
+        match outcome {
+            Ok(PublishOutcome::Acked) => acked += 1,
+            // Written into the sockets' buffers, then lost with the connection.
+            Err(Error::Unconfirmed { .. }) => {}
+            other => panic!("expected Acked or Unconfirmed, got {other:?}"),
+        }
+    }
+    // Nothing reached the broker before the cut, so every ack is of a message sent again.
+    assert!(
+        acked > 0,
+        "no publish was sent again after the connection came back"
+    );
+    let info = client.inspect_queue(&queue).await.expect("inspects");
+    assert_eq!(
+        info.message_count, acked,
+        "exactly the acked messages are in the queue"
+    );
+    println!("{MESSAGES} published during the stall, {acked} sent again and acked");
     remove_and_close(client, &queue).await;
 }
 
