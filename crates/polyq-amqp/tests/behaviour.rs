@@ -63,6 +63,7 @@ on_both_brokers!(
     max_length_drops_the_oldest_into_the_dead_letter_exchange,
     deleting_a_queue_ends_its_consumers,
     a_closed_client_refuses_work_and_its_consumers_end,
+    closing_a_client_first_writes_what_it_published,
     exclusive_consumer_keeps_others_off_the_queue,
     auto_delete_queue_goes_with_its_last_consumer,
     redeclaring_differently_fails_as_on_rabbitmq,
@@ -872,6 +873,27 @@ async fn a_closed_client_refuses_work_and_its_consumers_end(fx: Arc<Fixture>) {
     assert!(matches!(inspected, Err(Error::Closed)), "{inspected:?}");
     let published = client.publish(message("", &queue, "late")).await.map(drop);
     assert!(matches!(published, Err(Error::Closed)), "{published:?}");
+}
+
+/// A publish returns before its frames are on the socket; closing the client still puts every
+/// returned publish on the wire before the connection goes, as if each had been awaited.
+async fn closing_a_client_first_writes_what_it_published(fx: Arc<Fixture>) {
+    const MESSAGES: u32 = 2_000;
+    let queue = fx.name("close-writes");
+    fx.queue(transient(&queue)).await;
+    let client = fx.connect().await;
+    let body = "x".repeat(366);
+    let mut confirms = Vec::new();
+    for _ in 0..MESSAGES {
+        confirms.push(client.publish(message("", &queue, &body)).await.unwrap());
+    }
+    client.close().await.unwrap();
+
+    let info = fx.client.inspect_queue(&queue).await.unwrap();
+    assert_eq!(info.message_count, MESSAGES, "every publish reached the queue");
+    // Every confirm still resolves; what it says depends on whether the broker's ack came
+    // before the close.
+    within("the confirms to resolve", futures_util::future::join_all(confirms)).await;
 }
 
 async fn exclusive_consumer_keeps_others_off_the_queue(fx: Arc<Fixture>) {

@@ -76,6 +76,23 @@ impl Session {
         Ok(fresh)
     }
 
+    /// Closes the publishing channel once lapin has written every publish queued on it. A
+    /// publish returns once queued, so closing must not drop it; and RabbitMQ takes a channel's
+    /// close after the publishes before it, where closing the connection can stop the channel
+    /// with publishes still unrouted.
+    pub(super) async fn close_publishing(&self) {
+        let publishing = self.current_publisher();
+        let every_place = u32::try_from(MAX_UNWRITTEN).unwrap_or(u32::MAX);
+        // The semaphore is never closed; each unwritten publish holds one place.
+        let _ = publishing.unwritten.acquire_many(every_place).await;
+        if publishing.channel.status().connected() {
+            let _ = publishing
+                .channel
+                .close(200, "closed by the application".into())
+                .await;
+        }
+    }
+
     fn current_publisher(&self) -> Arc<PublishingChannel> {
         self.publisher
             .lock()

@@ -320,6 +320,7 @@ impl Shared {
         if let Link::Up(session) = link
             && session.is_up()
         {
+            let _ = tokio::time::timeout(CLOSE_WAIT, session.close_publishing()).await;
             let closing = session
                 .connection
                 .close(200, "closed by the application".into());
