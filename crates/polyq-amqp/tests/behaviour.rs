@@ -890,10 +890,17 @@ async fn closing_a_client_first_writes_what_it_published(fx: Arc<Fixture>) {
     client.close().await.unwrap();
 
     let info = fx.client.inspect_queue(&queue).await.unwrap();
-    assert_eq!(info.message_count, MESSAGES, "every publish reached the queue");
+    assert_eq!(
+        info.message_count, MESSAGES,
+        "every publish reached the queue"
+    );
     // Every confirm still resolves; what it says depends on whether the broker's ack came
     // before the close.
-    within("the confirms to resolve", futures_util::future::join_all(confirms)).await;
+    within(
+        "the confirms to resolve",
+        futures_util::future::join_all(confirms),
+    )
+    .await;
 }
 
 async fn exclusive_consumer_keeps_others_off_the_queue(fx: Arc<Fixture>) {
