@@ -41,6 +41,24 @@ pub enum Error {
         /// Its name.
         name: String,
     },
+    /// A queue the broker named (declared with an empty name) was deleted with the connection
+    /// that declared it, so its consumer cannot resume after a reconnect.
+    ///
+    /// RabbitMQ deletes exclusive queues with their connection, and auto-delete queues once
+    /// their last consumer's channel closes. Declaring again would give the queue a new name,
+    /// which publishers and `reply_to` addresses that know the old one would never learn of, and
+    /// the messages the old queue held are gone; the client therefore ends the consumer with
+    /// this error and forgets the queue's bindings rather than re-declaring it under a new name.
+    /// A server-named queue that is neither exclusive nor auto-delete survives a lost connection
+    /// and is consumed again as usual.
+    #[error(
+        "server-named queue `{name}` was deleted with the connection that declared it; \
+         declare a new queue, bind it and consume from it"
+    )]
+    QueueLost {
+        /// The name the broker had given the queue.
+        name: String,
+    },
     /// A declaration conflicts with an existing object of the same name (AMQP 406), or an
     /// exclusive queue belongs to another connection (AMQP 405).
     #[error("cannot {operation}: {reason}")]

@@ -74,7 +74,13 @@ impl ExchangeSpec {
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueSpec {
-    /// Queue name; empty asks the broker to name it.
+    /// Queue name; empty asks the broker to name it ([`QueueInfo::name`] says how).
+    ///
+    /// After a reconnect, `amqp://` declares client-named queues again. A server-named queue
+    /// keeps its name only as long as the broker keeps the queue: one that is exclusive or
+    /// auto-delete goes with the connection, and its consumers then end with
+    /// [`Error::QueueLost`](crate::Error::QueueLost) instead of resuming on a queue with a new
+    /// name.
     pub name: String,
     /// Survives a broker restart. Default `true`.
     pub durable: bool,

@@ -636,3 +636,60 @@ async fn channel_errors_leave_the_client_usable() {
     consumer.cancel().await.expect("cancels");
     remove_and_close(client, &queue).await;
 }
+
+/// A server-named queue that went with the lost connection ends its consumer with
+/// `QueueLost`; one that outlives the connection is consumed again under its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_named_queue_lost_with_the_connection_ends_its_consumer() {
+    let _serial = SERIAL.lock().await;
+    let (proxy, client, queue) = proxied_client(Duration::from_secs(30)).await;
+    let mut exclusive = QueueSpec::new("");
+    (
+        exclusive.durable,
+        exclusive.exclusive,
+        exclusive.auto_delete,
+    ) = (false, true, true);
+    let gone = client.declare_queue(&exclusive).await.expect("declares");
+    let mut lasting = QueueSpec::new("");
+    lasting.durable = false;
+    let kept = client.declare_queue(&lasting).await.expect("declares");
+    assert!(gone.name.starts_with("amq.gen-"), "{}", gone.name);
+    let mut on_gone = client
+        .consume(&gone.name, &ConsumeOptions::default())
+        .await
+        .expect("consumes");
+    let mut on_kept = client
+        .consume(&kept.name, &ConsumeOptions::default())
+        .await
+        .expect("consumes");
+
+    proxy.cut();
+    proxy.restore();
+
+    match timeout(LIMIT, on_gone.next()).await.expect("ended in time") {
+        Some(Err(Error::QueueLost { name })) => assert_eq!(name, gone.name),
+        other => panic!("expected QueueLost, got {other:?}"),
+    }
+    assert!(
+        timeout(LIMIT, on_gone.next())
+            .await
+            .expect("ended in time")
+            .is_none(),
+        "the stream ends after the error"
+    );
+    assert_eq!(
+        publish_confirmed(&client, &kept.name, "after").await,
+        PublishOutcome::Acked
+    );
+    let delivery = timeout(LIMIT, on_kept.next())
+        .await
+        .expect("delivered in time")
+        .expect("stream open")
+        .expect("delivery");
+    assert_eq!(&delivery.body[..], b"after");
+    delivery.ack().await.expect("acks");
+
+    on_kept.cancel().await.expect("cancels");
+    client.delete_queue(&kept.name).await.expect("deletes");
+    remove_and_close(client, &queue).await;
+}

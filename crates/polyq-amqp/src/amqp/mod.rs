@@ -115,7 +115,7 @@ impl AmqpClient {
                 .run_op(&operation, Some(Target::queue(&spec.name)), &op)
                 .await?,
         )?;
-        self.record().queue_declared(spec);
+        self.record().queue_declared(spec, &info.name);
         Ok(info)
     }
 

@@ -148,11 +148,15 @@ impl Op {
         })
     }
 
-    /// The operation that declares a recorded object again.
+    /// The operation that declares a recorded object again; for a server-named queue, a passive
+    /// declare that finds out whether it survived.
     pub(super) fn redeclare(declared: &Declared) -> Result<Self> {
         match declared {
             Declared::Exchange(spec) => Self::declare_exchange("declare exchange again", spec),
             Declared::Queue(spec) => Self::declare_queue("declare queue again", spec),
+            Declared::ServerNamedQueue(name) => {
+                Self::inspect_queue("look for server-named queue again", name)
+            }
             Declared::Binding(binding) => Self::bind("bind queue again", binding),
         }
     }

@@ -10,6 +10,10 @@ pub(super) enum Declared {
     Exchange(ExchangeSpec),
     /// A queue with a client-chosen name.
     Queue(QueueSpec),
+    /// A queue the broker named, by that name. It cannot be declared again under it (RabbitMQ
+    /// reserves the `amq.` prefix), only looked for: it outlives the connection unless it was
+    /// exclusive or auto-delete.
+    ServerNamedQueue(String),
     /// A binding.
     Binding(Binding),
 }
@@ -39,14 +43,18 @@ impl Record {
         self.items.retain(|d| match d {
             Declared::Exchange(e) => e.name != name,
             Declared::Binding(b) => b.exchange != name,
-            Declared::Queue(_) => true,
+            Declared::Queue(_) | Declared::ServerNamedQueue(_) => true,
         });
     }
 
-    /// Server-named queues are not recorded: a new connection cannot declare that name again
-    /// (RabbitMQ reserves the `amq.` prefix).
-    pub(super) fn queue_declared(&mut self, spec: &QueueSpec) {
+    /// `name` is the queue's name as the broker reported it, which differs from the spec's
+    /// empty name when the broker chose it.
+    pub(super) fn queue_declared(&mut self, spec: &QueueSpec, name: &str) {
         if spec.name.is_empty() {
+            self.upsert(
+                |d| matches!(d, Declared::ServerNamedQueue(q) if q == name),
+                Declared::ServerNamedQueue(name.to_owned()),
+            );
             return;
         }
         self.upsert(
@@ -58,6 +66,7 @@ impl Record {
     pub(super) fn queue_deleted(&mut self, name: &str) {
         self.items.retain(|d| match d {
             Declared::Queue(q) => q.name != name,
+            Declared::ServerNamedQueue(q) => q != name,
             Declared::Binding(b) => b.queue != name,
             Declared::Exchange(_) => true,
         });
@@ -102,10 +111,9 @@ mod tests {
         let queue = QueueSpec::new("q");
         let binding = Binding::new("q", "x", "a.#");
         record.exchange_declared(&exchange);
-        record.queue_declared(&queue);
+        record.queue_declared(&queue, "q");
         record.bound(&binding);
         record.bound(&binding);
-        record.queue_declared(&QueueSpec::new(""));
         assert_eq!(
             record.items(),
             vec![
@@ -125,9 +133,33 @@ mod tests {
         record.bound(&binding);
         record.queue_deleted("q");
         assert_eq!(record.items().len(), 1, "queue and its binding forgotten");
-        record.queue_declared(&queue);
+        record.queue_declared(&queue, "q");
         record.bound(&binding);
         record.exchange_deleted("x");
         assert_eq!(record.items(), vec![Declared::Queue(queue)]);
+    }
+
+    #[test]
+    fn server_named_queues_are_kept_by_the_broker_name_with_their_bindings() {
+        let mut record = Record::default();
+        let server_named = QueueSpec::new("");
+        let binding = Binding::new("amq.gen-1", "amq.fanout", "");
+        record.queue_declared(&server_named, "amq.gen-1");
+        record.bound(&binding);
+        record.queue_declared(&server_named, "amq.gen-2");
+        record.queue_declared(&server_named, "amq.gen-1");
+        assert_eq!(
+            record.items(),
+            vec![
+                Declared::ServerNamedQueue("amq.gen-1".to_owned()),
+                Declared::Binding(binding),
+                Declared::ServerNamedQueue("amq.gen-2".to_owned()),
+            ]
+        );
+        record.queue_deleted("amq.gen-1");
+        assert_eq!(
+            record.items(),
+            vec![Declared::ServerNamedQueue("amq.gen-2".to_owned())]
+        );
     }
 }

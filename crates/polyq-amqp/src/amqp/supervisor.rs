@@ -8,7 +8,7 @@
 //! channel), and every pending publisher confirm of a dead connection fails rather than being
 //! carried over.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 use super::consumer::ConsumerSlot;
 use super::errors::{Failure, Target, classify, from_lapin};
 use super::ops::{Op, Outcome};
-use super::record::Record;
+use super::record::{Declared, Record};
 use super::session::{SerialChannel, Session};
 use crate::client::ClientOptions;
 use crate::error::{Error, Result};
@@ -384,14 +384,24 @@ impl Shared {
 
     /// Declares the record again, then re-creates every consumer. A declaration the broker now
     /// refuses is logged and skipped; a consumer whose queue is gone ends with that error.
+    ///
+    /// A server-named queue is looked for rather than declared: when it went with the old
+    /// connection (exclusive or auto-delete), the record forgets it and its bindings, and its
+    /// consumers end with [`Error::QueueLost`].
     async fn restore(&self, session: &Session) -> lapin::Result<()> {
         let items = self
             .record
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .items();
+        let mut lost = HashSet::new();
         let mut channel = session.connection.create_channel().await?;
         for item in &items {
+            if let Declared::Binding(binding) = item
+                && lost.contains(binding.queue.as_str())
+            {
+                continue;
+            }
             let Ok(op) = Op::redeclare(item) else {
                 continue;
             };
@@ -399,7 +409,19 @@ impl Shared {
                 if !session.is_up() {
                     return Err(error);
                 }
-                warn!(url = %self.shown_url, ?item, %error, "could not declare again after reconnecting");
+                match item {
+                    Declared::ServerNamedQueue(name) if is_not_found(&error) => {
+                        info!(url = %self.shown_url, queue = %name, "server-named queue went with the lost connection; its consumers end");
+                        self.record
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .queue_deleted(name);
+                        lost.insert(name.as_str());
+                    }
+                    _ => {
+                        warn!(url = %self.shown_url, ?item, %error, "could not declare again after reconnecting");
+                    }
+                }
                 channel = session.connection.create_channel().await?;
             }
         }
@@ -412,6 +434,15 @@ impl Shared {
             .cloned()
             .collect();
         for slot in slots {
+            if slot.is_ended() {
+                continue;
+            }
+            if lost.contains(slot.queue_name.as_str()) {
+                slot.fail(Error::QueueLost {
+                    name: slot.queue_name.to_string(),
+                });
+                continue;
+            }
             self.attach_or_fail(session, &slot).await?;
         }
         Ok(())
@@ -552,6 +583,11 @@ async fn supervise(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Re
             None => return,
         }
     }
+}
+
+/// Whether the broker answered 404 NOT_FOUND.
+fn is_not_found(error: &lapin::Error) -> bool {
+    matches!(error.kind(), lapin::ErrorKind::ProtocolError(amqp) if amqp.get_id() == 404)
 }
 
 /// Applies a connection event to the health, and logs it. Returns the error it reports, if
