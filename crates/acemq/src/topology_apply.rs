@@ -280,9 +280,10 @@ async fn check_object(client: &Client, object: Object<'_>) -> Result<Item<Checke
 fn refused(error: AmqpError) -> Result<(Applied, Option<String>), RuntimeError> {
     let state = match &error {
         AmqpError::Precondition { .. } => Applied::Conflict,
-        AmqpError::NotFound { .. } | AmqpError::Protocol { .. } | AmqpError::Invalid { .. } => {
-            Applied::Refused
-        }
+        AmqpError::NotFound { .. }
+        | AmqpError::AccessRefused { .. }
+        | AmqpError::Protocol { .. }
+        | AmqpError::Invalid { .. } => Applied::Refused,
         _ => return Err(error.into()),
     };
     Ok((state, Some(error.to_string())))

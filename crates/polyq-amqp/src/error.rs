@@ -68,6 +68,17 @@ pub enum Error {
         /// The broker's explanation.
         reason: String,
     },
+    /// The broker refused the operation (AMQP 403 ACCESS_REFUSED): the user lacks the
+    /// permission on the vhost or object, or the name is reserved (RabbitMQ keeps names
+    /// starting with `amq.` to itself, and the default exchange cannot be declared, deleted or
+    /// bound). Retrying does not help; grant the permission or pick another name.
+    #[error("access refused: cannot {operation}: {reason}")]
+    AccessRefused {
+        /// What was attempted.
+        operation: String,
+        /// The broker's explanation.
+        reason: String,
+    },
     /// The connection or channel closed before the broker confirmed the publish. The message
     /// may or may not have been enqueued: publish it again (consumers must tolerate the
     /// duplicate).

@@ -552,7 +552,7 @@ async fn inspecting_an_exchange_proves_that_it_exists(fx: Arc<Fixture>) {
         .expect("the system exchanges exist");
     let default = fx.client.inspect_exchange("").await;
     assert!(
-        matches!(&default, Err(Error::Protocol { reason, .. }) if reason.contains("ACCESS_REFUSED")),
+        matches!(&default, Err(Error::AccessRefused { reason, .. }) if reason.contains("ACCESS_REFUSED")),
         "the default exchange is not for inspection: {default:?}"
     );
     fx.client.delete_exchange(&exchange).await.unwrap();
@@ -916,9 +916,8 @@ async fn exclusive_consumer_keeps_others_off_the_queue(fx: Arc<Fixture>) {
         .consume(&queue, &ConsumeOptions::default())
         .await
         .map(drop);
-    // RabbitMQ answers 403 ACCESS_REFUSED, which has no variant of its own.
     assert!(
-        matches!(&refused, Err(Error::Protocol { reason, .. }) if reason.contains("ACCESS_REFUSED")),
+        matches!(&refused, Err(Error::AccessRefused { reason, .. }) if reason.contains("in exclusive use")),
         "{refused:?}"
     );
     only.cancel().await.unwrap();
@@ -1001,12 +1000,21 @@ async fn redeclaring_differently_fails_as_on_rabbitmq(fx: Arc<Fixture>) {
 
     let access_refused = |result: Result<(), Error>| {
         assert!(
-            matches!(&result, Err(Error::Protocol { reason, .. }) if reason.contains("ACCESS_REFUSED")),
+            matches!(&result, Err(Error::AccessRefused { reason, .. }) if reason.contains("ACCESS_REFUSED")),
             "expected ACCESS_REFUSED: {result:?}"
         );
     };
     let reserved = transient(&format!("amq.{}", fx.name("reserved")));
-    access_refused(fx.client.declare_queue(&reserved).await.map(drop));
+    match fx.client.declare_queue(&reserved).await {
+        Err(Error::AccessRefused { operation, reason }) => {
+            assert_eq!(operation, format!("declare queue `{}`", reserved.name));
+            assert!(
+                reason.contains("reserved prefix"),
+                "broker text kept: {reason}"
+            );
+        }
+        other => panic!("expected AccessRefused, got {other:?}"),
+    }
     let default = ExchangeSpec::new("", ExchangeKind::Direct);
     access_refused(fx.client.declare_exchange(&default).await);
     access_refused(fx.client.delete_exchange("amq.direct").await);

@@ -92,7 +92,8 @@ pub(super) fn from_lapin(
     }
 }
 
-/// An AMQP error reply: 404 names what is missing, 405/406 keep the broker's explanation.
+/// An AMQP error reply: 404 names what is missing, 403 and 405/406 keep the broker's
+/// explanation.
 pub(super) fn from_amqp(operation: &str, target: Option<Target<'_>>, error: &AMQPError) -> Error {
     let text = error.get_message().as_str();
     match error.get_id() {
@@ -102,6 +103,10 @@ pub(super) fn from_amqp(operation: &str, target: Option<Target<'_>>, error: &AMQ
                 name: name.to_owned(),
             },
             None => protocol(operation, error),
+        },
+        403 => Error::AccessRefused {
+            operation: operation.to_owned(),
+            reason: text.to_owned(),
         },
         405 | 406 => Error::Precondition {
             operation: operation.to_owned(),
@@ -193,18 +198,37 @@ mod tests {
     }
 
     #[test]
-    fn other_replies_are_protocol_errors_with_the_code() {
+    fn access_refused_names_the_operation_and_keeps_the_broker_text() {
+        let text = "ACCESS_REFUSED - queue name 'amq.x' contains reserved prefix 'amq.*'";
         let mapped = fatal(classify(
             "declare queue `amq.x`",
+            Some(Target::queue("amq.x")),
+            &amqp_error(403, text),
+            true,
+        ));
+        match &mapped {
+            Error::AccessRefused { operation, reason } => {
+                assert_eq!(operation, "declare queue `amq.x`");
+                assert_eq!(reason, text);
+            }
+            other => panic!("expected AccessRefused, got {other:?}"),
+        }
+        assert_eq!(
+            mapped.to_string(),
+            format!("access refused: cannot declare queue `amq.x`: {text}")
+        );
+    }
+
+    #[test]
+    fn other_replies_are_protocol_errors_with_the_code() {
+        let mapped = fatal(classify(
+            "purge queue `q`",
             None,
-            &amqp_error(
-                403,
-                "ACCESS_REFUSED - queue name 'amq.x' contains reserved prefix",
-            ),
+            &amqp_error(530, "NOT_ALLOWED - attempt to reuse consumer tag 'c'"),
             true,
         ));
         assert!(
-            matches!(&mapped, Error::Protocol { reason, .. } if reason.starts_with("403 ")),
+            matches!(&mapped, Error::Protocol { reason, .. } if reason.starts_with("530 ")),
             "{mapped:?}"
         );
     }

@@ -563,12 +563,11 @@ fn precondition(operation: String, reason: impl std::fmt::Display) -> Error {
     }
 }
 
-/// RabbitMQ's 403 ACCESS_REFUSED, which the `amqp://` client reports as a protocol error with
-/// the reply code and text.
+/// RabbitMQ's 403 ACCESS_REFUSED, with the broker's text as the `amqp://` client reports it.
 pub(super) fn access_refused(operation: String, reason: impl std::fmt::Display) -> Error {
-    Error::Protocol {
+    Error::AccessRefused {
         operation,
-        reason: format!("403 ACCESS_REFUSED - {reason}"),
+        reason: format!("ACCESS_REFUSED - {reason}"),
     }
 }
 

@@ -526,7 +526,7 @@ async fn exclusive_consumer_refuses_others() {
     let _only = client.consume("q", &exclusive).await.unwrap();
     assert!(matches!(
         client.consume("q", &ConsumeOptions::default()).await,
-        Err(Error::Protocol { reason, .. }) if reason.contains("in exclusive use")
+        Err(Error::AccessRefused { reason, .. }) if reason.contains("in exclusive use")
     ));
     let other = Client::connect(&client.url()).await.unwrap();
     other.declare_queue(&QueueSpec::new("r")).await.unwrap();
@@ -536,7 +536,7 @@ async fn exclusive_consumer_refuses_others() {
         .unwrap();
     assert!(matches!(
         client.consume("r", &exclusive).await,
-        Err(Error::Protocol { reason, .. }) if reason.contains("cannot obtain exclusive access")
+        Err(Error::AccessRefused { reason, .. }) if reason.contains("cannot obtain exclusive access")
     ));
 }
 
@@ -591,7 +591,7 @@ async fn declarations_follow_rabbitmq_equivalence() {
         client.bind_queue(&Binding::new("q", "", "q")).await,
     ] {
         assert!(
-            matches!(&refused, Err(Error::Protocol { reason, .. }) if reason.starts_with("403 ACCESS_REFUSED")),
+            matches!(&refused, Err(Error::AccessRefused { reason, .. }) if reason.starts_with("ACCESS_REFUSED - ")),
             "{refused:?}"
         );
     }
