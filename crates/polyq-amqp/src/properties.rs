@@ -1,6 +1,13 @@
 //! AMQP basic properties, independent of any client crate.
 
+use std::time::Duration;
+
+use crate::error::{Error, Result};
 use crate::value::FieldTable;
+
+/// The longest per-message TTL RabbitMQ accepts, ten years in milliseconds; a longer one closes
+/// the publishing channel.
+const MAX_EXPIRATION_MS: u64 = 315_360_000_000;
 
 /// The AMQP 0-9-1 `basic` content properties of a message.
 ///
@@ -31,7 +38,9 @@ pub struct Properties {
     pub correlation_id: Option<String>,
     /// Address to reply to.
     pub reply_to: Option<String>,
-    /// Per-message TTL in milliseconds, as a decimal string.
+    /// Per-message TTL in milliseconds, as a decimal string from `0` to `315360000000` (ten
+    /// years, RabbitMQ's limit). A publish with any other value fails with
+    /// [`Error::Invalid`] before it is sent, where RabbitMQ would close the channel.
     pub expiration: Option<String>,
     /// Application message identifier.
     pub message_id: Option<String>,
@@ -56,5 +65,76 @@ impl Properties {
     pub fn persistent(mut self) -> Self {
         self.delivery_mode = Some(2);
         self
+    }
+
+    /// The `expiration` as a TTL, or [`Error::Invalid`] naming the property and its value when
+    /// a broker would refuse it. Signs are refused although RabbitMQ takes `+1` and `-0`: the
+    /// property is documented as digits only, which every broker reads alike.
+    pub(crate) fn expiration_ttl(&self, operation: &str) -> Result<Option<Duration>> {
+        let Some(text) = self.expiration.as_deref() else {
+            return Ok(None);
+        };
+        let millis = (!text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()))
+            .then(|| text.parse::<u64>().ok())
+            .flatten()
+            .filter(|millis| *millis <= MAX_EXPIRATION_MS);
+        match millis {
+            Some(millis) => Ok(Some(Duration::from_millis(millis))),
+            None => Err(Error::Invalid {
+                operation: operation.to_owned(),
+                reason: format!(
+                    "property `expiration` is `{text}`; expected a whole number of \
+                     milliseconds from 0 to {MAX_EXPIRATION_MS}"
+                ),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ttl(expiration: &str) -> Result<Option<Duration>> {
+        Properties {
+            expiration: Some(expiration.to_owned()),
+            ..Properties::default()
+        }
+        .expiration_ttl("publish")
+    }
+
+    #[test]
+    fn expiration_is_decimal_milliseconds_up_to_ten_years() {
+        assert_eq!(
+            Properties::default().expiration_ttl("publish").unwrap(),
+            None
+        );
+        assert_eq!(ttl("0").unwrap(), Some(Duration::ZERO));
+        assert_eq!(ttl("1500").unwrap(), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            ttl("315360000000").unwrap(),
+            Some(Duration::from_millis(MAX_EXPIRATION_MS))
+        );
+        for bad in [
+            "",
+            "soon",
+            "-1",
+            "+1",
+            " 1",
+            "1.5",
+            "315360000001",
+            "99999999999999999999999",
+        ] {
+            match ttl(bad) {
+                Err(Error::Invalid { operation, reason }) => {
+                    assert_eq!(operation, "publish");
+                    assert!(
+                        reason.starts_with(&format!("property `expiration` is `{bad}`")),
+                        "{reason}"
+                    );
+                }
+                other => panic!("{bad:?}: expected Invalid, got {other:?}"),
+            }
+        }
     }
 }

@@ -60,6 +60,7 @@ on_both_brokers!(
     full_queue_with_reject_publish_nacks,
     oversized_short_strings_are_refused,
     per_message_expiration_dead_letters_with_the_original_expiration,
+    an_invalid_expiration_is_refused_before_publishing,
     max_length_drops_the_oldest_into_the_dead_letter_exchange,
     deleting_a_queue_ends_its_consumers,
     a_closed_client_refuses_work_and_its_consumers_end,
@@ -1040,4 +1041,32 @@ async fn consumers_of_one_queue_take_turns(fx: Arc<Fixture>) {
     nothing_more(&mut first).await;
     nothing_more(&mut second).await;
     assert_eq!(bodies.len(), 6, "each message went to exactly one consumer");
+}
+
+/// RabbitMQ closes the channel on an `expiration` that is not a non-negative integer of
+/// milliseconds (at most ten years), which would surface as an unconfirmed publish; both brokers
+/// refuse it before publishing instead, and the client goes on publishing.
+async fn an_invalid_expiration_is_refused_before_publishing(fx: Arc<Fixture>) {
+    let queue = fx.name("bad-expiration");
+    fx.queue(transient(&queue)).await;
+    for expiration in ["soon", "", "-1", "+1", "1.5", " 1", "315360000001"] {
+        let mut bad = message("", &queue, "never enqueued");
+        bad.properties.expiration = Some(expiration.to_owned());
+        let result = match fx.client.publish(bad).await {
+            Ok(confirm) => within("a publisher confirm", confirm).await,
+            Err(error) => Err(error),
+        };
+        match result {
+            Err(Error::Invalid { reason, .. }) => assert!(
+                reason.contains("`expiration`") && reason.contains(&format!("`{expiration}`")),
+                "the property and its value are named: {reason}"
+            ),
+            other => panic!("expiration {expiration:?}: expected Invalid, got {other:?}"),
+        }
+    }
+    let mut longest = message("", &queue, "kept");
+    longest.properties.expiration = Some("315360000000".to_owned());
+    assert_eq!(publish(&fx.client, longest).await, PublishOutcome::Acked);
+    let info = fx.client.inspect_queue(&queue).await.unwrap();
+    assert_eq!(info.message_count, 1, "only the valid publish was enqueued");
 }

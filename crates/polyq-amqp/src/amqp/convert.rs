@@ -146,6 +146,8 @@ pub(super) fn properties_to_amqp(operation: &str, props: &Properties) -> Result<
     if let Some(v) = text("reply_to", &props.reply_to)? {
         out = out.with_reply_to(v);
     }
+    // RabbitMQ closes the channel on an expiration it cannot read; refuse it here instead.
+    props.expiration_ttl(operation)?;
     if let Some(v) = text("expiration", &props.expiration)? {
         out = out.with_expiration(v);
     }
@@ -282,6 +284,21 @@ mod tests {
         let amqp = properties_to_amqp("publish", &Properties::default()).expect("converts");
         assert_eq!(amqp.headers(), &None);
         assert_eq!(amqp, BasicProperties::default());
+    }
+
+    #[test]
+    fn invalid_expiration_is_refused_with_its_value() {
+        let props = Properties {
+            expiration: Some("soon".into()),
+            ..Properties::default()
+        };
+        match properties_to_amqp("publish", &props) {
+            Err(Error::Invalid { operation, reason }) => {
+                assert_eq!(operation, "publish");
+                assert!(reason.contains("`expiration` is `soon`"), "{reason}");
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
     }
 
     #[test]

@@ -414,15 +414,9 @@ impl Broker {
     /// Routes and enqueues a message. Every publish is confirmed at once: the message is in its
     /// queues by the time this returns.
     pub(super) fn publish(self: &Arc<Self>, message: OutgoingMessage) -> Result<PublishOutcome> {
-        let message_ttl = match &message.properties.expiration {
-            None => None,
-            Some(text) => Some(parse_expiration(text).ok_or_else(|| {
-                precondition(
-                    format!("publish to exchange `{}`", message.exchange),
-                    format!("invalid expiration '{text}': expected a non-negative integer of milliseconds"),
-                )
-            })?),
-        };
+        let message_ttl = message
+            .properties
+            .expiration_ttl(&format!("publish to exchange `{}`", message.exchange))?;
         let topology = self.read();
         let targets = topology
             .route(
@@ -603,28 +597,9 @@ fn server_name() -> String {
     )
 }
 
-/// The `expiration` property: a non-negative decimal number of milliseconds.
-fn parse_expiration(text: &str) -> Option<Duration> {
-    if text.is_empty() || !text.bytes().all(|byte| byte.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok().map(Duration::from_millis)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn expiration_is_decimal_milliseconds() {
-        assert_eq!(parse_expiration("0"), Some(Duration::ZERO));
-        assert_eq!(parse_expiration("1500"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_expiration(""), None);
-        assert_eq!(parse_expiration("-1"), None);
-        assert_eq!(parse_expiration("+1"), None);
-        assert_eq!(parse_expiration("1.5"), None);
-        assert_eq!(parse_expiration("99999999999999999999999"), None);
-    }
 
     #[test]
     fn server_names_look_like_rabbitmq_ones() {

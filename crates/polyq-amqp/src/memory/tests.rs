@@ -218,19 +218,6 @@ async fn zero_ttl_reaches_a_waiting_consumer_only() {
 }
 
 #[tokio::test]
-async fn invalid_expiration_is_refused() {
-    let client = Client::connect(&url("bad-expiration")).await.unwrap();
-    client.declare_queue(&QueueSpec::new("q")).await.unwrap();
-    let properties = Properties {
-        expiration: Some("soon".into()),
-        ..Properties::default()
-    };
-    let message = OutgoingMessage::new("", "q", properties, "x");
-    let error = client.publish(message).await.unwrap_err();
-    assert!(matches!(&error, Error::Precondition { reason, .. } if reason.contains("'soon'")));
-}
-
-#[tokio::test]
 async fn reject_and_nack_without_requeue_dead_letter_with_the_original_key() {
     let client = Client::connect(&url("reject")).await.unwrap();
     client
