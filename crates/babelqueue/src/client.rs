@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::redrive::{RedriveOptions, RedriveReport};
-use crate::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport};
+use crate::transport::{AnyTransport, ConnectOptions, Health, RedisLayout, Transport};
 use crate::worker::Worker;
 use crate::{Envelope, MakeOptions, Message, Result};
 
@@ -151,6 +151,39 @@ impl<T: Transport> BabelQueue<T> {
     /// The binding.
     pub fn transport(&self) -> &Arc<T> {
         &self.transport
+    }
+
+    /// The state of the binding's connection (see [`Transport::health`]): for `memory://` and
+    /// `amqp://` the client's [`Health`] (up, blocked, recovering with its last error, or
+    /// closed), `None` for Redis, whose bindings keep no connection state and reconnect on the
+    /// next command.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> babelqueue::Result<()> {
+    /// use babelqueue::transport::{AnyTransport, Health};
+    ///
+    /// let queue = babelqueue::BabelQueue::connect("memory://doc-health").await?;
+    /// assert!(matches!(queue.health(), Some(Health::Up { blocked: None, .. })));
+    ///
+    /// let mut health = queue.health_watch().expect("memory:// reports its health");
+    /// if let AnyTransport::Amqp(amqp) = queue.transport().as_ref() {
+    ///     amqp.client().close().await?;
+    /// }
+    /// let closed = health.wait_for(|h| *h == Health::Closed).await.is_ok();
+    /// assert!(closed);
+    /// assert_eq!(queue.health(), Some(Health::Closed));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn health(&self) -> Option<Health> {
+        self.transport.health()
+    }
+
+    /// A watch that sees every change of [`BabelQueue::health`], for a readiness probe or code
+    /// that waits for the connection to come back; `None` where `health` is `None`.
+    pub fn health_watch(&self) -> Option<tokio::sync::watch::Receiver<Health>> {
+        self.transport.health_watch()
     }
 
     /// Builds the envelope for `urn` and `data` (see [`crate::make`]) with `meta.queue` set to

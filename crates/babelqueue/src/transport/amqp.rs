@@ -21,7 +21,7 @@ use polyq_amqp::{
 };
 use tracing::debug;
 
-use super::{Capabilities, Headers, Reserved, Transport};
+use super::{Capabilities, Headers, Health, Reserved, Transport};
 use crate::projection;
 use crate::{Error, Result};
 
@@ -445,6 +445,14 @@ impl Transport for AmqpTransport {
     fn schema_version(&self, receipt: &AmqpReceipt) -> Option<String> {
         let value = receipt.properties.headers.get("x-schema-version")?;
         Some(header_text(value).unwrap_or_else(|| format!("{value:?}")))
+    }
+
+    fn health(&self) -> Option<Health> {
+        Some(self.inner.client.health())
+    }
+
+    fn health_watch(&self) -> Option<tokio::sync::watch::Receiver<Health>> {
+        Some(self.inner.client.health_watch())
     }
 
     async fn unsubscribe(&self, queue: &str) -> Result<()> {

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 #[cfg(feature = "redis")]
 use super::redis::{LaravelReceipt, LaravelTransport, RedisOptions, RedisReceipt, RedisTransport};
-use super::{AmqpOptions, AmqpReceipt, AmqpTransport, Capabilities, Reserved, Transport};
+use super::{AmqpOptions, AmqpReceipt, AmqpTransport, Capabilities, Health, Reserved, Transport};
 use crate::{Error, Result};
 
 /// Which Redis key layout a `redis://` / `rediss://` URL uses (reference §3.2).
@@ -259,6 +259,14 @@ impl Transport for AnyTransport {
 
     fn schema_version(&self, receipt: &AnyReceipt) -> Option<String> {
         with_receipt!(self, receipt, |t, r| t.schema_version(r), None)
+    }
+
+    fn health(&self) -> Option<Health> {
+        with_binding!(self, |t| t.health())
+    }
+
+    fn health_watch(&self) -> Option<tokio::sync::watch::Receiver<Health>> {
+        with_binding!(self, |t| t.health_watch())
     }
 
     async fn unsubscribe(&self, queue: &str) -> Result<()> {

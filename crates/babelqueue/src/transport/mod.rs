@@ -14,6 +14,7 @@ pub mod redis;
 
 pub use amqp::{AmqpOptions, AmqpReceipt, AmqpTransport};
 pub use any::{AnyReceipt, AnyTransport, ConnectOptions, RedisLayout};
+pub use polyq_amqp::Health;
 
 /// Out-of-band headers that ride beside a body (`traceparent`, `tracestate`, `bq-replay-bypass`),
 /// in the order they were read or are to be written.
@@ -114,6 +115,21 @@ pub trait Transport: Send + Sync + 'static {
     /// binding carries none. Default: none.
     fn schema_version(&self, receipt: &Self::Receipt) -> Option<String> {
         let _ = receipt;
+        None
+    }
+
+    /// The state of the binding's connection, where it keeps one: the `memory://` and
+    /// `amqp://` bindings report their client's [`Health`] (the embedded broker is up until its
+    /// client is closed). `None` where the binding keeps no connection state: the Redis bindings
+    /// reconnect on the next command, so an outage shows only as the connection error of the
+    /// command that met it. Default: `None`.
+    fn health(&self) -> Option<Health> {
+        None
+    }
+
+    /// A watch that sees every change of [`Transport::health`], or `None` where that is `None`.
+    /// Default: `None`.
+    fn health_watch(&self) -> Option<tokio::sync::watch::Receiver<Health>> {
         None
     }
 
