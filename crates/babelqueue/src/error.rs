@@ -120,6 +120,23 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
+    /// A redrive stopped part-way (a reserve, a publish or a settle failed). Everything in
+    /// `report` is settled as it says; messages not in it were not taken and stay on the
+    /// dead-letter queue, so running the redrive again once the cause is fixed goes on from there.
+    #[error(
+        "the redrive of {dlq:?} stopped after {} redriven, {} restored and {} failed (the rest stays on the dead-letter queue)",
+        report.redriven,
+        report.skipped,
+        report.failed
+    )]
+    Redrive {
+        /// The dead-letter queue.
+        dlq: String,
+        /// What was done before it stopped.
+        report: Box<crate::redrive::RedriveReport>,
+        /// What stopped it.
+        source: Box<Error>,
+    },
     /// A Redis operation failed, or a settle found its reservation no longer held.
     #[error("Redis at {url}: {operation}: {message}")]
     Redis {

@@ -2,15 +2,20 @@
 //! came from, reset for another round of attempts.
 //!
 //! A redrive reads the dead-letter queue's depth first and takes that many messages (at most
-//! `max`) off its head, one at a time, settling each before taking the next, so it holds one
-//! message at a time and a prefetch window never limits how many it gets through. Each is either
+//! `max`) off its head, in windows of at most [`RedriveOptions::window`] messages (and never more
+//! than the binding hands out before some are settled: a prefetch window,
+//! [`Transport::reservation_limit`]). Each message of a window is either
 //! - **restored**, byte-identical with its headers, to the **end** of the dead-letter queue
 //!   ([`Transport::move_to_end`]): undecodable records (poison), messages the selection
 //!   predicate turns down, messages with no queue to go to, everything on a dry run; or
 //! - **redriven**: `dead_letter` removed, `attempts` reset to 0, every other key (unknown ones
 //!   included) kept as it was, published to the target — `to_queue` when set, else the block's
-//!   `original_queue`, else `meta.queue` — and only then acknowledged on the dead-letter queue.
+//!   `original_queue`, else `meta.queue` — and acknowledged on the dead-letter queue only once
+//!   its own publish was confirmed.
 //!
+//! The publishes of a window run concurrently; the restores follow them in dead-letter queue order
+//! ([`Transport::move_all_to_end`]), and the next window is taken once the whole window is
+//! settled.
 //! Restored messages land behind the ones still to be taken, so none is met twice, and they keep
 //! their relative order: a dry run, or a redrive that restores everything, leaves the queue as it
 //! was; otherwise the restored ones end up behind anything dead-lettered while the redrive ran, as
@@ -18,9 +23,11 @@
 //! consumer while it runs (another one taking messages makes it stop early, when the queue runs
 //! dry, rather than meet its own restored messages).
 //!
-//! A failed publish restores that message and returns the error; the ones already settled stay
-//! settled and the rest stay where they are. A failed acknowledgement after a publish also stops
-//! the redrive: that message stays on the dead-letter queue and a later redrive publishes it again.
+//! A failure stops the redrive after the window it happened in is settled, and comes back as
+//! [`Error::Redrive`] carrying the report of everything settled so far. A message whose publish
+//! failed is restored with the others (reported as [`RedriveAction::Failed`]); one whose
+//! acknowledgement failed after its publish stays on the dead-letter queue, and a later redrive
+//! publishes it again; messages not taken yet stay where they are.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -47,16 +54,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::join_all;
 use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::envelope::Envelope;
 use crate::transport::{Headers, Reserved, Transport};
 use crate::worker::REPLAY_BYPASS_HEADER;
-use crate::{Result, Verdict, classify};
+use crate::{Error, Result, Verdict, classify};
 
 /// A selection predicate: `true` redrives the message, `false` restores it.
 pub type Select = Arc<dyn Fn(&Envelope) -> bool + Send + Sync>;
+
+/// How many messages a redrive window holds by default ([`RedriveOptions::window`]).
+pub const DEFAULT_WINDOW: usize = 250;
 
 /// What to redrive and where. Every setter documents its default.
 #[derive(Clone)]
@@ -67,6 +78,7 @@ pub struct RedriveOptions {
     select: Option<Select>,
     bypass: bool,
     wait: Duration,
+    window: usize,
 }
 
 impl Default for RedriveOptions {
@@ -78,6 +90,7 @@ impl Default for RedriveOptions {
             select: None,
             bypass: false,
             wait: Duration::from_secs(1),
+            window: DEFAULT_WINDOW,
         }
     }
 }
@@ -91,6 +104,7 @@ impl std::fmt::Debug for RedriveOptions {
             .field("select", &self.select.as_ref().map(|_| "<predicate>"))
             .field("bypass", &self.bypass)
             .field("wait", &self.wait)
+            .field("window", &self.window)
             .finish()
     }
 }
@@ -139,6 +153,16 @@ impl RedriveOptions {
         self.wait = wait;
         self
     }
+
+    /// How many messages one window reserves before settling them, their publishes in flight
+    /// together (default 250, at least 1). The binding's own bound comes first: on RabbitMQ and
+    /// `memory://` a window is at most the prefetch window
+    /// ([`Transport::reservation_limit`]). A larger window is faster and holds more
+    /// reservations at once; a failure stops the redrive once its window is settled.
+    pub fn window(mut self, window: usize) -> Self {
+        self.window = window;
+        self
+    }
 }
 
 /// What happened to one message.
@@ -153,6 +177,10 @@ pub enum RedriveAction {
     DryRun,
     /// Restored: it does not decode into an envelope, or has no queue to go to.
     Undecodable,
+    /// Not redriven, and the redrive stopped with the error ([`Error::Redrive`]): its publish
+    /// failed and it was restored (`redriven` is `false`), or it could not be settled on the
+    /// dead-letter queue, where it stays (`redriven` is `true` when its copy was published).
+    Failed,
 }
 
 /// One message of a redrive, in the shape the other SDKs report.
@@ -181,37 +209,71 @@ pub struct RedriveItem {
 /// The result of a redrive: totals and one item per message, in dead-letter queue order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RedriveReport {
-    /// Messages published to their target.
+    /// Messages published to their target and removed from the dead-letter queue.
     pub redriven: usize,
-    /// Messages restored to the dead-letter queue.
+    /// Messages restored to the dead-letter queue as planned.
     pub skipped: usize,
+    /// Messages of a failed redrive's last window that were not redriven
+    /// ([`RedriveAction::Failed`]); 0 when the redrive succeeded.
+    pub failed: usize,
     /// Every message taken off the dead-letter queue.
     pub items: Vec<RedriveItem>,
+}
+
+impl RedriveReport {
+    fn push(&mut self, item: RedriveItem) {
+        match item.action {
+            RedriveAction::Redriven => self.redriven += 1,
+            RedriveAction::Failed => self.failed += 1,
+            RedriveAction::NotSelected | RedriveAction::DryRun | RedriveAction::Undecodable => {
+                self.skipped += 1;
+            }
+        }
+        self.items.push(item);
+    }
 }
 
 /// Redrives the dead-letter queue `dlq` over `transport` (see the module documentation).
 ///
 /// # Errors
-/// The binding's error when the depth cannot be read, a reserve fails, or a message cannot be
-/// settled; the message in hand is restored first where it still can be, everything already
-/// settled stays settled, and the rest stays on the dead-letter queue.
+/// [`Error::InvalidOption`] for a window of 0; the binding's error when the depth cannot be
+/// read. Once messages are being taken, any failure (a reserve, a publish, a settle) comes as
+/// [`Error::Redrive`] with the report so far and the failure as its source: the window in hand
+/// is settled first, everything settled stays settled, and the rest stays on the dead-letter
+/// queue.
 pub async fn redrive<T: Transport>(
     transport: &T,
     dlq: &str,
     options: &RedriveOptions,
 ) -> Result<RedriveReport> {
+    if options.window == 0 {
+        return Err(Error::InvalidOption {
+            option: "window",
+            reason: "a redrive window must hold at least one message".to_owned(),
+        });
+    }
     let depth = usize::try_from(transport.depth(dlq).await?).unwrap_or(usize::MAX);
     let limit = if options.max == 0 {
         depth
     } else {
         depth.min(options.max)
     };
+    // A reserve beyond the binding's bound would only wait for a settle that never comes.
+    let window = transport
+        .reservation_limit()
+        .map_or(options.window, |bound| options.window.min(bound.max(1)));
     let mut report = RedriveReport::default();
-    let settled = settle_each(transport, dlq, options, limit, &mut report).await;
+    let settled = settle_windows(transport, dlq, options, limit, window, &mut report).await;
     if let Err(error) = transport.unsubscribe(dlq).await {
         warn!(dlq, %error, "could not hand back prefetched dead-letter messages");
     }
-    settled?;
+    if let Err(error) = settled {
+        return Err(Error::Redrive {
+            dlq: dlq.to_owned(),
+            report: Box::new(report),
+            source: Box::new(error),
+        });
+    }
     info!(
         dlq,
         redriven = report.redriven,
@@ -221,40 +283,149 @@ pub async fn redrive<T: Transport>(
     Ok(report)
 }
 
-/// Takes the first `limit` messages of `dlq` one by one, settling each before the next, so the
-/// binding's window keeps moving and only one is held at a time. Restored messages go to the end,
-/// behind the `limit` taken, so they are not met again.
-async fn settle_each<T: Transport>(
+/// Takes the first `limit` messages of `dlq`, `window` at a time, settling each window before
+/// taking the next, so the binding's prefetch window keeps moving. Restored messages go to the
+/// end, behind the `limit` taken, so they are not met again.
+async fn settle_windows<T: Transport>(
     transport: &T,
     dlq: &str,
     options: &RedriveOptions,
     limit: usize,
+    window: usize,
     report: &mut RedriveReport,
 ) -> Result<()> {
     while report.items.len() < limit {
-        let Some(reserved) = transport.reserve(dlq, options.wait).await? else {
-            // Someone else emptied it meanwhile: what is left is ours to meet next time.
-            break;
-        };
-        let item = redrive_one(transport, dlq, options, &reserved).await?;
-        if item.redriven {
-            report.redriven += 1;
-        } else {
-            report.skipped += 1;
+        let want = window.min(limit - report.items.len());
+        let mut taken = Vec::with_capacity(want);
+        let mut stopped = None;
+        while taken.len() < want {
+            match transport.reserve(dlq, options.wait).await {
+                Ok(Some(reserved)) => taken.push(reserved),
+                // Someone else emptied it meanwhile: what is left is ours to meet next time.
+                Ok(None) => break,
+                Err(error) => {
+                    stopped = Some(error);
+                    break;
+                }
+            }
         }
-        report.items.push(item);
+        let ran_dry = taken.len() < want;
+        let settled = settle_window(transport, dlq, options, &taken, report).await;
+        match (stopped, settled) {
+            (Some(error), _) | (None, Err(error)) => return Err(error),
+            (None, Ok(())) if ran_dry => break,
+            (None, Ok(())) => {}
+        }
     }
     Ok(())
 }
 
-/// Settles one reserved message: restored to the end of `dlq`, or published to its target and
-/// then acknowledged.
-async fn redrive_one<T: Transport>(
+/// What to publish for a message that is to be redriven.
+struct Publish {
+    target: String,
+    body: Result<String>,
+    headers: Headers,
+}
+
+/// Why a redriven message did not leave the dead-letter queue.
+enum NotRedriven {
+    /// Its copy was not published (or could not be encoded): it is to be restored.
+    Publish(Error),
+    /// Its copy was published but the original could not be acknowledged.
+    Ack(Error),
+}
+
+/// Settles one window: publishes the redriven messages concurrently, acknowledging each once its
+/// own publish is confirmed, then restores the others (and any whose publish failed) in
+/// dead-letter queue order, so they keep their order at the end. Every message of the
+/// window is settled or left reserved (to come back when its reservation lapses) before the
+/// first failure, if any, is returned.
+async fn settle_window<T: Transport>(
     transport: &T,
     dlq: &str,
     options: &RedriveOptions,
+    taken: &[Reserved<T::Receipt>],
+    report: &mut RedriveReport,
+) -> Result<()> {
+    let headers_carried = transport.capabilities().headers;
+    let (mut items, publishes): (Vec<RedriveItem>, Vec<Option<Publish>>) = taken
+        .iter()
+        .map(|reserved| plan(dlq, options, headers_carried, reserved))
+        .unzip();
+    let outcomes = join_all(publishes.into_iter().zip(taken).map(
+        |(publish, reserved)| async move {
+            match publish {
+                Some(publish) => Some(publish_then_ack(transport, publish, reserved).await),
+                None => None,
+            }
+        },
+    ))
+    .await;
+
+    let mut first_error = None;
+    let mut restores = Vec::new();
+    for (index, (item, outcome)) in items.iter_mut().zip(outcomes).enumerate() {
+        match outcome {
+            None => restores.push(index),
+            Some(Ok(())) => {
+                item.redriven = true;
+                item.action = RedriveAction::Redriven;
+            }
+            Some(Err(NotRedriven::Publish(error))) => {
+                warn!(dlq, message_id = %item.message_id, to = %item.to, %error, "could not redrive a message; it is restored");
+                item.action = RedriveAction::Failed;
+                first_error.get_or_insert(error);
+                restores.push(index);
+            }
+            Some(Err(NotRedriven::Ack(error))) => {
+                warn!(dlq, message_id = %item.message_id, %error, "redriven, but the dead-letter copy could not be acknowledged: a later redrive redrives it again");
+                item.redriven = true;
+                item.action = RedriveAction::Failed;
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    let receipts: Vec<&T::Receipt> = restores.iter().map(|&i| &taken[i].receipt).collect();
+    let moved = transport.move_all_to_end(&receipts).await;
+    for (&index, moved) in restores.iter().zip(moved) {
+        if let Err(error) = moved {
+            let item = &mut items[index];
+            warn!(dlq, message_id = %item.message_id, %error, "could not restore a dead-letter message; the broker returns it when the reservation lapses");
+            item.action = RedriveAction::Failed;
+            first_error.get_or_insert(error);
+        }
+    }
+    for item in items {
+        report.push(item);
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Publishes a redriven message's copy, then acknowledges the original.
+async fn publish_then_ack<T: Transport>(
+    transport: &T,
+    publish: Publish,
     reserved: &Reserved<T::Receipt>,
-) -> Result<RedriveItem> {
+) -> Result<(), NotRedriven> {
+    let body = publish.body.map_err(NotRedriven::Publish)?;
+    transport
+        .publish(&publish.target, Bytes::from(body), &publish.headers)
+        .await
+        .map_err(NotRedriven::Publish)?;
+    transport
+        .ack(&reserved.receipt)
+        .await
+        .map_err(NotRedriven::Ack)
+}
+
+/// Decides what becomes of one reserved message: its report item, and what to publish when it
+/// is to be redriven (`None`: restore it).
+fn plan<R>(
+    dlq: &str,
+    options: &RedriveOptions,
+    headers_carried: bool,
+    reserved: &Reserved<R>,
+) -> (RedriveItem, Option<Publish>) {
     let mut item = RedriveItem {
         message_id: String::new(),
         trace_id: String::new(),
@@ -267,8 +438,7 @@ async fn redrive_one<T: Transport>(
         action: RedriveAction::Undecodable,
     };
     let Verdict::Accepted(decoded) = classify(&reserved.body) else {
-        transport.move_to_end(&reserved.receipt).await?;
-        return Ok(item);
+        return (item, None);
     };
     let mut envelope = decoded.envelope;
     let block = envelope.dead_letter();
@@ -288,8 +458,7 @@ async fn redrive_one<T: Transport>(
         && !select(&envelope)
     {
         item.action = RedriveAction::NotSelected;
-        transport.move_to_end(&reserved.receipt).await?;
-        return Ok(item);
+        return (item, None);
     }
     let target = options
         .to_queue
@@ -298,14 +467,12 @@ async fn redrive_one<T: Transport>(
         .or_else(|| envelope.meta().and_then(|m| m.queue()).map(str::to_owned))
         .filter(|queue| !queue.is_empty());
     let Some(target) = target else {
-        transport.move_to_end(&reserved.receipt).await?;
-        return Ok(item);
+        return (item, None);
     };
     item.to.clone_from(&target);
     if options.dry_run {
         item.action = RedriveAction::DryRun;
-        transport.move_to_end(&reserved.receipt).await?;
-        return Ok(item);
+        return (item, None);
     }
 
     envelope.remove_dead_letter();
@@ -316,41 +483,14 @@ async fn redrive_one<T: Transport>(
         .filter(|(name, _)| name != REPLAY_BYPASS_HEADER)
         .cloned()
         .collect();
-    item.bypassed = options.bypass && transport.capabilities().headers;
+    item.bypassed = options.bypass && headers_carried;
     if item.bypassed {
         headers.push((REPLAY_BYPASS_HEADER.to_owned(), "1".to_owned()));
     }
-    let published = match envelope.encode() {
-        Ok(body) => {
-            transport
-                .publish(&target, Bytes::from(body), &headers)
-                .await
-        }
-        Err(error) => Err(error),
+    let publish = Publish {
+        target,
+        body: envelope.encode(),
+        headers,
     };
-    if let Err(error) = published {
-        restore_after_failure(transport, dlq, reserved).await;
-        return Err(error);
-    }
-    if let Err(error) = transport.ack(&reserved.receipt).await {
-        // Going on could meet it again (a broker hands an unacknowledged message back at the
-        // head), so stop here.
-        warn!(dlq, message_id = %item.message_id, %error, "redriven, but the dead-letter copy could not be acknowledged: a later redrive redrives it again");
-        return Err(error);
-    }
-    item.redriven = true;
-    item.action = RedriveAction::Redriven;
-    Ok(item)
-}
-
-/// Restores a message that could not be redriven; failing that, the broker returns it when the
-/// reservation lapses or the connection closes.
-async fn restore_after_failure<T: Transport>(
-    transport: &T,
-    dlq: &str,
-    reserved: &Reserved<T::Receipt>,
-) {
-    if let Err(error) = transport.move_to_end(&reserved.receipt).await {
-        warn!(dlq, %error, "could not restore a dead-letter message; the broker returns it when the reservation lapses");
-    }
+    (item, Some(publish))
 }

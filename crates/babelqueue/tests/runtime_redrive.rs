@@ -1,5 +1,5 @@
 //! Redrive (reference §4.6) on the embedded broker and on RabbitMQ; a dead-letter queue many
-//! prefetch windows long also on Redis, in both layouts.
+//! windows long, and a window whose publishes are refused, also on Redis, in both layouts.
 
 mod runtime_support;
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use babelqueue::BabelQueue;
 use babelqueue::redrive::{RedriveAction, RedriveOptions, RedriveReport};
-use babelqueue::transport::{AnyTransport, ConnectOptions, Reserved, Transport};
+use babelqueue::transport::{AnyTransport, Capabilities, ConnectOptions, Reserved, Transport};
 use babelqueue::worker::{Job, UnknownUrn};
 use bytes::Bytes;
 use polyq_amqp::Properties;
@@ -203,6 +203,8 @@ mod long_dead_letter_queue {
 const PREFETCH: u16 = 10;
 /// How many messages the long scenario dead-letters: many prefetch windows.
 const LONG: usize = 250;
+/// The redrive window of the long scenario: several of them, each more than [`PREFETCH`].
+const LONG_WINDOW: usize = 32;
 
 /// One message written to the dead-letter queue.
 struct Written {
@@ -217,12 +219,16 @@ impl Written {
     }
 }
 
-/// Writes [`LONG`] messages straight to the dead-letter queue of `queue`, each with a
-/// `traceparent` header and a block pointing back at `queue`.
-async fn fill_dead_letter_queue(queue: &BabelQueue<AnyTransport>) -> Vec<Written> {
-    let dlq = format!("{}.dlq", queue.queue());
-    let mut written = Vec::with_capacity(LONG);
-    for n in 0..LONG {
+/// Writes `count` messages straight to `dlq`, each with a `traceparent` header and a block
+/// pointing back at `original_queue(n)`.
+async fn fill_dead_letter_queue(
+    transport: &AnyTransport,
+    dlq: &str,
+    count: usize,
+    original_queue: impl Fn(usize) -> String,
+) -> Vec<Written> {
+    let mut written = Vec::with_capacity(count);
+    for n in 0..count {
         let body = if Written::decodable(n) {
             let envelope = json!({
                 "job": A,
@@ -230,7 +236,7 @@ async fn fill_dead_letter_queue(queue: &BabelQueue<AnyTransport>) -> Vec<Written
                 "data": { "n": n },
                 "meta": {
                     "id": uuid::Uuid::new_v4().to_string(),
-                    "queue": queue.queue(),
+                    "queue": original_queue(n),
                     "lang": "python",
                     "schema_version": 1,
                     "created_at": 1_764_460_800_000_i64,
@@ -238,7 +244,7 @@ async fn fill_dead_letter_queue(queue: &BabelQueue<AnyTransport>) -> Vec<Written
                 "attempts": 3,
                 "dead_letter": {
                     "reason": "unknown_urn",
-                    "original_queue": queue.queue(),
+                    "original_queue": original_queue(n),
                     "failed_at": 1_764_460_800_000_i64,
                     "attempts": 3,
                 },
@@ -248,10 +254,9 @@ async fn fill_dead_letter_queue(queue: &BabelQueue<AnyTransport>) -> Vec<Written
             Bytes::from(format!("not json #{n}"))
         };
         let traceparent = format!("00-{n:032x}-{n:016x}-01");
-        queue
-            .transport()
+        transport
             .publish(
-                &dlq,
+                dlq,
                 body.clone(),
                 &[("traceparent".to_owned(), traceparent.clone())],
             )
@@ -317,16 +322,20 @@ fn ids_of(written: &[Written], ns: &[usize]) -> Vec<String> {
         .collect()
 }
 
-fn even_n(envelope: &babelqueue::Envelope) -> bool {
+/// The `n` a written envelope carries.
+fn n_of(envelope: &babelqueue::Envelope) -> Option<u64> {
     envelope
         .data_as::<serde_json::Value>()
-        .is_ok_and(|data| data["n"].as_u64().is_some_and(|n| n % 2 == 0))
+        .ok()
+        .and_then(|data| data["n"].as_u64())
+}
+
+fn even_n(envelope: &babelqueue::Envelope) -> bool {
+    n_of(envelope).is_some_and(|n| n % 2 == 0)
 }
 
 fn n_below_200(envelope: &babelqueue::Envelope) -> bool {
-    envelope
-        .data_as::<serde_json::Value>()
-        .is_ok_and(|data| data["n"].as_u64().is_some_and(|n| n < 200))
+    n_of(envelope).is_some_and(|n| n < 200)
 }
 
 async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
@@ -339,8 +348,9 @@ async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
         .unwrap();
     let transport = queue.transport().as_ref();
     let dlq = format!("{name}.dlq");
-    let written = fill_dead_letter_queue(&queue).await;
-    let base = RedriveOptions::new().wait(WAIT);
+    let written = fill_dead_letter_queue(transport, &dlq, LONG, |_| name.clone()).await;
+    // Several windows where the binding does not bound them; the prefetch window where it does.
+    let base = RedriveOptions::new().wait(WAIT).window(LONG_WINDOW);
     let all: Vec<usize> = (0..LONG).collect();
     let odd: Vec<usize> = all.iter().copied().filter(|n| n % 2 == 1).collect();
 
@@ -365,7 +375,9 @@ async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
         ids_of(&written, &all),
         "in order, none twice"
     );
+    // Publishes of one window are in flight together, so they may arrive in any order.
     let mut arrived = redriven_ns(transport, &name, LONG / 2).await;
+    arrived.sort_unstable();
     let expected: Vec<usize> = all.iter().copied().filter(|n| n % 2 == 0).collect();
     assert_eq!(arrived, expected);
 
@@ -410,16 +422,15 @@ async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
             assert_eq!(traceparent, Some(written[n].traceparent.as_str()));
         }
     }
-    delete(&queue).await;
+    delete(transport, &name, &[&dlq]).await;
 }
 
-/// Deletes what the long scenario left on the broker.
-async fn delete(queue: &BabelQueue<AnyTransport>) {
-    let name = queue.queue();
-    match queue.transport().as_ref() {
+/// Deletes `name` and the queues named `others` (every key holding `name` on Redis).
+async fn delete(transport: &AnyTransport, name: &str, others: &[&str]) {
+    match transport {
         AnyTransport::Amqp(amqp) => {
-            for queue in [name.to_owned(), format!("{name}.dlq")] {
-                let _ = amqp.client().delete_queue(&queue).await;
+            for queue in std::iter::once(name).chain(others.iter().copied()) {
+                let _ = amqp.client().delete_queue(queue).await;
             }
         }
         #[cfg(feature = "redis")]
@@ -427,4 +438,255 @@ async fn delete(queue: &BabelQueue<AnyTransport>) {
         #[cfg(not(feature = "redis"))]
         _ => {}
     }
+}
+
+/// A window with refused publishes, on every binding.
+mod failed_window {
+    use babelqueue::transport::ConnectOptions;
+    #[cfg(feature = "redis")]
+    use babelqueue::transport::RedisLayout;
+
+    use super::a_failed_window_reports_what_it_settled;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory() {
+        let url = crate::runtime_support::memory_url();
+        a_failed_window_reports_what_it_settled(&url, ConnectOptions::default()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rabbitmq() {
+        let url = polyq_testkit::amqp_url();
+        a_failed_window_reports_what_it_settled(&url, ConnectOptions::default()).await;
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_default() {
+        let url = polyq_testkit::redis_url();
+        a_failed_window_reports_what_it_settled(&url, ConnectOptions::default()).await;
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_laravel() {
+        let options = ConnectOptions::default().redis_layout(RedisLayout::Laravel);
+        a_failed_window_reports_what_it_settled(&polyq_testkit::redis_url(), options).await;
+    }
+}
+
+/// A binding whose broker refuses every publish to one queue.
+struct RefusingQueue {
+    inner: AnyTransport,
+    refused: String,
+}
+
+impl Transport for RefusingQueue {
+    type Receipt = <AnyTransport as Transport>::Receipt;
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn publish(
+        &self,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+    ) -> babelqueue::Result<()> {
+        if queue == self.refused {
+            return Err(babelqueue::Error::NotPublished {
+                queue: queue.to_owned(),
+                why: "refused by the test".to_owned(),
+            });
+        }
+        self.inner.publish(queue, body, headers).await
+    }
+
+    async fn reserve(
+        &self,
+        queue: &str,
+        wait: Duration,
+    ) -> babelqueue::Result<Option<Reserved<Self::Receipt>>> {
+        self.inner.reserve(queue, wait).await
+    }
+
+    async fn ack(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
+        self.inner.ack(receipt).await
+    }
+
+    async fn retry(
+        &self,
+        receipt: &Self::Receipt,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+        delay: Duration,
+    ) -> babelqueue::Result<()> {
+        self.inner.retry(receipt, queue, body, headers, delay).await
+    }
+
+    async fn release(&self, receipt: &Self::Receipt, delay: Duration) -> babelqueue::Result<()> {
+        self.inner.release(receipt, delay).await
+    }
+
+    async fn move_to_end(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
+        self.inner.move_to_end(receipt).await
+    }
+
+    async fn move_all_to_end(&self, receipts: &[&Self::Receipt]) -> Vec<babelqueue::Result<()>> {
+        self.inner.move_all_to_end(receipts).await
+    }
+
+    async fn depth(&self, queue: &str) -> babelqueue::Result<u64> {
+        self.inner.depth(queue).await
+    }
+
+    async fn dead_letter(
+        &self,
+        receipt: &Self::Receipt,
+        dlq: &str,
+        body: Bytes,
+    ) -> babelqueue::Result<()> {
+        self.inner.dead_letter(receipt, dlq, body).await
+    }
+
+    fn reservation_limit(&self) -> Option<usize> {
+        self.inner.reservation_limit()
+    }
+
+    async fn unsubscribe(&self, queue: &str) -> babelqueue::Result<()> {
+        self.inner.unsubscribe(queue).await
+    }
+}
+
+/// How many messages the failure scenario dead-letters: three windows.
+const FAILING: usize = 60;
+/// The redrive window of the failure scenario.
+const FAILING_WINDOW: usize = 20;
+
+/// Every third message (from the second on) is headed for the refused queue.
+fn headed_for_refused(n: usize) -> bool {
+    n % 3 == 1
+}
+
+/// Every fifth message (from the fifth on) is turned down by the selection.
+fn turned_down(n: u64) -> bool {
+    n % 5 == 4
+}
+
+async fn a_failed_window_reports_what_it_settled(url: &str, options: ConnectOptions) {
+    let name = polyq_testkit::unique_name("bq-rt-fail");
+    let transport = AnyTransport::connect(url, options).await.unwrap();
+    let dlq = format!("{name}.dlq");
+    let refused = format!("{name}.refused");
+    let written = fill_dead_letter_queue(&transport, &dlq, FAILING, |n| {
+        if headed_for_refused(n) {
+            refused.clone()
+        } else {
+            name.clone()
+        }
+    })
+    .await;
+    let refusing = RefusingQueue {
+        inner: transport.clone(),
+        refused: refused.clone(),
+    };
+    let options = RedriveOptions::new()
+        .wait(WAIT)
+        .window(FAILING_WINDOW)
+        .select(|envelope| n_of(envelope).is_some_and(|n| !turned_down(n)));
+
+    let zero = babelqueue::redrive::redrive(&refusing, &dlq, &options.clone().window(0)).await;
+    assert!(
+        matches!(
+            zero,
+            Err(babelqueue::Error::InvalidOption {
+                option: "window",
+                ..
+            })
+        ),
+        "{zero:?}"
+    );
+
+    // The first window is settled in full, then the redrive stops with its report.
+    let failed = babelqueue::redrive::redrive(&refusing, &dlq, &options).await;
+    let Err(babelqueue::Error::Redrive {
+        dlq: from,
+        report,
+        source,
+    }) = failed
+    else {
+        panic!("expected a stopped redrive, got {failed:?}");
+    };
+    assert_eq!(from, dlq);
+    assert!(
+        matches!(&*source, babelqueue::Error::NotPublished { queue, .. } if *queue == refused),
+        "{source:?}"
+    );
+    let window: Vec<usize> = (0..FAILING_WINDOW).collect();
+    assert_eq!(item_ids(&report), ids_of(&written, &window), "in order");
+    let action = |n: usize| {
+        if !Written::decodable(n) {
+            RedriveAction::Undecodable
+        } else if turned_down(n as u64) {
+            RedriveAction::NotSelected
+        } else if headed_for_refused(n) {
+            RedriveAction::Failed
+        } else {
+            RedriveAction::Redriven
+        }
+    };
+    let actions: Vec<_> = report.items.iter().map(|item| item.action).collect();
+    let expected: Vec<_> = window.iter().map(|&n| action(n)).collect();
+    assert_eq!(actions, expected);
+    let count = |wanted: &[RedriveAction]| expected.iter().filter(|a| wanted.contains(a)).count();
+    assert_eq!(
+        (report.redriven, report.skipped, report.failed),
+        (
+            count(&[RedriveAction::Redriven]),
+            count(&[RedriveAction::Undecodable, RedriveAction::NotSelected]),
+            count(&[RedriveAction::Failed]),
+        ),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .items
+            .iter()
+            .all(|item| item.redriven == (item.action == RedriveAction::Redriven))
+    );
+
+    // Nothing lost: the redriven ones are at their queue, the messages not taken are still in
+    // front, and every restored one (refused or planned) follows them in its order, unchanged.
+    let redriven: Vec<usize> = window
+        .iter()
+        .copied()
+        .filter(|&n| action(n) == RedriveAction::Redriven)
+        .collect();
+    let mut arrived = redriven_ns(&transport, &name, redriven.len()).await;
+    arrived.sort_unstable();
+    assert_eq!(arrived, redriven);
+    let restored: Vec<usize> = window
+        .iter()
+        .copied()
+        .filter(|&n| action(n) != RedriveAction::Redriven)
+        .collect();
+    let order: Vec<usize> = (FAILING_WINDOW..FAILING)
+        .chain(restored.iter().copied())
+        .collect();
+    let left = take_exactly(&transport, &dlq, order.len()).await;
+    let headers = transport.capabilities().headers;
+    for (reserved, &n) in left.iter().zip(&order) {
+        assert_eq!(reserved.body, written[n].body, "message {n}");
+        let traceparent = reserved
+            .headers
+            .iter()
+            .find(|(name, _)| name == "traceparent")
+            .map(|(_, value)| value.as_str());
+        if headers && Written::decodable(n) {
+            assert_eq!(traceparent, Some(written[n].traceparent.as_str()));
+        }
+    }
+    delete(&transport, &name, &[&dlq, &refused]).await;
 }

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
+use futures_util::future::join_all;
 use polyq_amqp::{
-    Acker, Client, ConsumeOptions, Consumer, FieldValue, OutgoingMessage, Properties,
+    Acker, Client, Confirm, ConsumeOptions, Consumer, FieldValue, OutgoingMessage, Properties,
     PublishOutcome, QueueSpec,
 };
 use tracing::debug;
@@ -243,6 +244,19 @@ impl AmqpTransport {
         Ok(receipt.acker.ack().await?)
     }
 
+    /// Queues an unchanged copy of the reserved message (body and properties) for the end of its
+    /// queue; the confirm is still to be awaited.
+    async fn queue_copy(&self, receipt: &AmqpReceipt) -> Result<Confirm> {
+        self.ensure_queue(&receipt.queue).await?;
+        let message = OutgoingMessage::new(
+            "",
+            &receipt.queue,
+            (*receipt.properties).clone(),
+            receipt.body.clone(),
+        );
+        Ok(self.inner.client.publish(message).await?)
+    }
+
     fn consumer(&self, queue: &str) -> Option<Arc<tokio::sync::Mutex<Consumer>>> {
         self.inner
             .consumers
@@ -425,6 +439,27 @@ impl Transport for AmqpTransport {
         self.republish(receipt, Duration::ZERO).await
     }
 
+    /// The copies are queued on the one publishing channel in the order given, so the broker
+    /// appends them in that order, and their confirms are awaited together; each original is
+    /// acknowledged once its own copy is confirmed. (A copy the client must send again after a
+    /// lost connection may land out of order, never lost.)
+    async fn move_all_to_end(&self, receipts: &[&AmqpReceipt]) -> Vec<Result<()>> {
+        let mut queued = Vec::with_capacity(receipts.len());
+        for receipt in receipts {
+            queued.push(self.queue_copy(receipt).await);
+        }
+        join_all(
+            queued
+                .into_iter()
+                .zip(receipts)
+                .map(|(queued, receipt)| async move {
+                    confirmed(&receipt.queue, queued?.await?)?;
+                    Ok(receipt.acker.ack().await?)
+                }),
+        )
+        .await
+    }
+
     /// The passive declare's message count.
     async fn depth(&self, queue: &str) -> Result<u64> {
         match self.inner.client.inspect_queue(queue).await {
@@ -445,6 +480,12 @@ impl Transport for AmqpTransport {
     fn schema_version(&self, receipt: &AmqpReceipt) -> Option<String> {
         let value = receipt.properties.headers.get("x-schema-version")?;
         Some(header_text(value).unwrap_or_else(|| format!("{value:?}")))
+    }
+
+    /// The prefetch window: the broker delivers no more until some are settled (0 is
+    /// unbounded).
+    fn reservation_limit(&self) -> Option<usize> {
+        Some(usize::from(self.inner.options.prefetch)).filter(|&prefetch| prefetch > 0)
     }
 
     fn health(&self) -> Option<Health> {

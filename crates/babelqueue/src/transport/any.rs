@@ -6,7 +6,10 @@ use bytes::Bytes;
 
 #[cfg(feature = "redis")]
 use super::redis::{LaravelReceipt, LaravelTransport, RedisOptions, RedisReceipt, RedisTransport};
-use super::{AmqpOptions, AmqpReceipt, AmqpTransport, Capabilities, Health, Reserved, Transport};
+use super::{
+    AmqpOptions, AmqpReceipt, AmqpTransport, Capabilities, Health, Reserved, Transport,
+    move_each_to_end,
+};
 use crate::{Error, Result};
 
 /// Which Redis key layout a `redis://` / `rediss://` URL uses (reference §3.2).
@@ -244,6 +247,24 @@ impl Transport for AnyTransport {
         )
     }
 
+    async fn move_all_to_end(&self, receipts: &[&AnyReceipt]) -> Vec<Result<()>> {
+        if let AnyTransport::Amqp(amqp) = self {
+            let own: Option<Vec<&AmqpReceipt>> = receipts
+                .iter()
+                .map(|receipt| match receipt {
+                    AnyReceipt::Amqp(receipt) => Some(receipt),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                })
+                .collect();
+            if let Some(own) = own {
+                return amqp.move_all_to_end(&own).await;
+            }
+        }
+        // Redis moves are one script each, and a foreign receipt is refused by `move_to_end`.
+        move_each_to_end(self, receipts).await
+    }
+
     async fn depth(&self, queue: &str) -> Result<u64> {
         with_binding!(self, |t| t.depth(queue).await)
     }
@@ -259,6 +280,10 @@ impl Transport for AnyTransport {
 
     fn schema_version(&self, receipt: &AnyReceipt) -> Option<String> {
         with_receipt!(self, receipt, |t, r| t.schema_version(r), None)
+    }
+
+    fn reservation_limit(&self) -> Option<usize> {
+        with_binding!(self, |t| t.reservation_limit())
     }
 
     fn health(&self) -> Option<Health> {

@@ -98,6 +98,17 @@ pub trait Transport: Send + Sync + 'static {
         receipt: &Self::Receipt,
     ) -> impl Future<Output = crate::Result<()>> + Send;
 
+    /// Moves reserved messages of one queue to its end as [`Transport::move_to_end`] moves each,
+    /// landing in the order given; one result per receipt, in that order, and a failed move
+    /// leaves only its own reservation unsettled. A binding that can have several moves in flight
+    /// and still keep their order overrides it. Default: one after another.
+    fn move_all_to_end(
+        &self,
+        receipts: &[&Self::Receipt],
+    ) -> impl Future<Output = Vec<crate::Result<()>>> + Send {
+        move_each_to_end(self, receipts)
+    }
+
     /// How many messages `queue` holds ready now, reservations not counted; 0 for a queue that
     /// does not exist.
     fn depth(&self, queue: &str) -> impl Future<Output = crate::Result<u64>> + Send;
@@ -115,6 +126,13 @@ pub trait Transport: Send + Sync + 'static {
     /// binding carries none. Default: none.
     fn schema_version(&self, receipt: &Self::Receipt) -> Option<String> {
         let _ = receipt;
+        None
+    }
+
+    /// How many reservations of one queue the binding hands out before some of them are settled
+    /// (a prefetch window), or `None` when it does not bound them. A redrive holds no more than
+    /// this at once, since a reserve beyond it would only wait. Default: `None`.
+    fn reservation_limit(&self) -> Option<usize> {
         None
     }
 
@@ -140,4 +158,16 @@ pub trait Transport: Send + Sync + 'static {
         let _ = queue;
         std::future::ready(Ok(()))
     }
+}
+
+/// [`Transport::move_all_to_end`] one message after another.
+pub(crate) async fn move_each_to_end<T: Transport + ?Sized>(
+    transport: &T,
+    receipts: &[&T::Receipt],
+) -> Vec<crate::Result<()>> {
+    let mut moved = Vec::with_capacity(receipts.len());
+    for receipt in receipts {
+        moved.push(transport.move_to_end(receipt).await);
+    }
+    moved
 }
