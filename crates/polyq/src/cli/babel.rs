@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
 use babelqueue::redrive::RedriveOptions;
+use babelqueue::transport::redis::RedisOptions;
 use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport};
 use babelqueue::{BabelQueue, MakeOptions, Verdict, conformance, projection};
 use clap::{Subcommand, ValueEnum};
@@ -114,6 +115,10 @@ pub(crate) enum Command {
         /// Stamp bq-replay-bypass: 1 so handlers can skip side effects.
         #[arg(long)]
         bypass: bool,
+        /// Jobs taken and published at once, before they are settled; also the AMQP prefetch
+        /// window and how many one Redis reserve takes on the default layout (at most 1,000).
+        #[arg(long, default_value_t = babelqueue::redrive::DEFAULT_WINDOW)]
+        window: usize,
     },
 }
 
@@ -153,9 +158,17 @@ impl Broker {
     }
 }
 
+/// The most messages one Redis reserve takes ([`RedisOptions::prefetch`] refuses more).
+const REDIS_MAX_PREFETCH: usize = 1000;
+
 /// Connects to the binding `url` names; errors name the URL with credentials redacted.
 pub(crate) async fn connect(url: &str, layout: Layout) -> anyhow::Result<AnyTransport> {
-    let options = ConnectOptions::default().redis_layout(layout.into());
+    connect_with(url, ConnectOptions::default().redis_layout(layout.into())).await
+}
+
+/// Connects to the binding `url` names with `options`; errors name the URL with credentials
+/// redacted.
+async fn connect_with(url: &str, options: ConnectOptions) -> anyhow::Result<AnyTransport> {
     AnyTransport::connect(url, options)
         .await
         .with_context(|| format!("--url {}", polyq_amqp::redact_url(url)))
@@ -273,19 +286,39 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             max,
             dry_run,
             bypass,
+            window,
         } => {
             let mut options = RedriveOptions::new()
                 .max(max)
                 .dry_run(dry_run)
-                .bypass(bypass);
+                .bypass(bypass)
+                .window(window);
             if let Some(to) = to {
                 options = options.to_queue(to);
             }
-            let transport = progress::Counted::new(broker.connect().await?, &dlq, max);
-            let report = babelqueue::redrive::redrive(&transport, &dlq, &options).await;
+            // A whole window comes in one prefetch: one AMQP flow window, one Redis round trip on
+            // the default layout.
+            let connect = ConnectOptions::default()
+                .redis_layout(broker.layout.into())
+                .prefetch(u16::try_from(window).unwrap_or(u16::MAX))
+                .redis(RedisOptions::new().prefetch(window.clamp(1, REDIS_MAX_PREFETCH)));
+            let transport =
+                progress::Counted::new(connect_with(&broker.url, connect).await?, &dlq, max);
+            let outcome = babelqueue::redrive::redrive(&transport, &dlq, &options).await;
             transport.finish();
-            println!("{}", serde_json::to_string(&report?)?);
-            Ok(ExitCode::SUCCESS)
+            match outcome {
+                Ok(report) => {
+                    println!("{}", serde_json::to_string(&report)?);
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(error) => {
+                    // What was settled before the failure is still the report to act on.
+                    if let babelqueue::Error::Redrive { report, .. } = &error {
+                        println!("{}", serde_json::to_string(report)?);
+                    }
+                    Err(error.into())
+                }
+            }
         }
     }
 }

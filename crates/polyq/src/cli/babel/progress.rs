@@ -98,6 +98,12 @@ impl<T: Transport> Transport for Counted<T> {
         moved
     }
 
+    async fn move_all_to_end(&self, receipts: &[&T::Receipt]) -> Vec<babelqueue::Result<()>> {
+        let moved = self.inner.move_all_to_end(receipts).await;
+        self.bar.inc(u64::try_from(moved.len()).unwrap_or(u64::MAX));
+        moved
+    }
+
     async fn depth(&self, queue: &str) -> babelqueue::Result<u64> {
         let depth = self.inner.depth(queue).await?;
         if queue == self.dlq {
@@ -121,6 +127,10 @@ impl<T: Transport> Transport for Counted<T> {
 
     fn schema_version(&self, receipt: &T::Receipt) -> Option<String> {
         self.inner.schema_version(receipt)
+    }
+
+    fn reservation_limit(&self) -> Option<usize> {
+        self.inner.reservation_limit()
     }
 
     async fn unsubscribe(&self, queue: &str) -> babelqueue::Result<()> {
