@@ -85,6 +85,9 @@ struct Inner {
     client: Client,
     options: AmqpOptions,
     declared: Mutex<HashSet<String>>,
+    /// Held while a queue is declared, so that concurrent first publishes to it (a window of
+    /// them) declare it once.
+    declaring: tokio::sync::Mutex<()>,
     consumers: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Consumer>>>>,
 }
 
@@ -144,6 +147,7 @@ impl AmqpTransport {
                 client,
                 options,
                 declared: Mutex::new(HashSet::new()),
+                declaring: tokio::sync::Mutex::new(()),
                 consumers: Mutex::new(HashMap::new()),
             }),
         }
@@ -161,6 +165,10 @@ impl AmqpTransport {
     }
 
     async fn ensure_queue(&self, queue: &str) -> Result<()> {
+        if self.declared().contains(queue) {
+            return Ok(());
+        }
+        let _declaring = self.inner.declaring.lock().await;
         if self.declared().contains(queue) {
             return Ok(());
         }
