@@ -746,7 +746,16 @@ where
                 (Some(next), Some(clean)) => clean < next,
                 _ => true,
             });
-        for seq in std::mem::take(&mut self.completed) {
+        // Publishes holding a return go first: settling one can leave a return owed to an
+        // identical publish, which must hold back that publish's ack in this same round.
+        let (holding_return, others): (Vec<u64>, Vec<u64>) = std::mem::take(&mut self.completed)
+            .into_iter()
+            .partition(|seq| {
+                self.entries
+                    .get(seq)
+                    .is_some_and(|entry| entry.returned.is_some())
+            });
+        for seq in holding_return.into_iter().chain(others) {
             let attributed = match self.entries.get(&seq) {
                 Some(entry) => self.ack_attribution(entry, covering, quiescent),
                 None => continue,

@@ -291,6 +291,22 @@ fn identical_unroutable_messages_never_lend_a_return_another_still_needs() {
 }
 
 #[test]
+fn an_ack_waits_for_a_return_owed_by_an_identical_publish_settled_in_the_same_round() {
+    // One cumulative ack completed the lower tag after the higher one had taken its return; the
+    // identical publish that held that return was settled as returned in the same round, owing
+    // its own return (still inside lapin), after the lower one had been decided acked.
+    run(vec![0, 1, 0, 3, 1, 3, 6], 14703049656371074546, Some(59));
+    run(
+        vec![
+            4, 2, 1, 1, 0, 2, 7, 2, 0, 3, 6, 7, 6, 6, 3, 3, 3, 6, 6, 5, 5, 2, 5, 2, 0, 5, 4, 0, 4,
+            1, 3,
+        ],
+        2581064035675329904,
+        None,
+    );
+}
+
+#[test]
 fn distinct_unroutable_messages_in_one_cumulative_ack_are_each_returned() {
     // Many publishes acked together are where lapin's hash order scrambles the returns.
     for seed in 0..200 {
