@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use babelqueue::BabelQueue;
 use babelqueue::redrive::{RedriveAction, RedriveOptions, RedriveReport};
-use babelqueue::transport::{AnyTransport, Capabilities, ConnectOptions, Reserved, Transport};
+use babelqueue::transport::{AnyTransport, ConnectOptions, Reserved, Transport};
 use babelqueue::worker::{Job, UnknownUrn};
 use bytes::Bytes;
 use polyq_amqp::Properties;
-use runtime_support::{IDLE, PATIENCE, Scene, envelope_of, json_of};
+use runtime_support::{IDLE, PATIENCE, Refusing, Scene, envelope_of, json_of};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -475,91 +475,6 @@ mod failed_window {
     }
 }
 
-/// A binding whose broker refuses every publish to one queue.
-struct RefusingQueue {
-    inner: AnyTransport,
-    refused: String,
-}
-
-impl Transport for RefusingQueue {
-    type Receipt = <AnyTransport as Transport>::Receipt;
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn publish(
-        &self,
-        queue: &str,
-        body: Bytes,
-        headers: &[(String, String)],
-    ) -> babelqueue::Result<()> {
-        if queue == self.refused {
-            return Err(babelqueue::Error::NotPublished {
-                queue: queue.to_owned(),
-                why: "refused by the test".to_owned(),
-            });
-        }
-        self.inner.publish(queue, body, headers).await
-    }
-
-    async fn reserve(
-        &self,
-        queue: &str,
-        wait: Duration,
-    ) -> babelqueue::Result<Option<Reserved<Self::Receipt>>> {
-        self.inner.reserve(queue, wait).await
-    }
-
-    async fn ack(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
-        self.inner.ack(receipt).await
-    }
-
-    async fn retry(
-        &self,
-        receipt: &Self::Receipt,
-        queue: &str,
-        body: Bytes,
-        headers: &[(String, String)],
-        delay: Duration,
-    ) -> babelqueue::Result<()> {
-        self.inner.retry(receipt, queue, body, headers, delay).await
-    }
-
-    async fn release(&self, receipt: &Self::Receipt, delay: Duration) -> babelqueue::Result<()> {
-        self.inner.release(receipt, delay).await
-    }
-
-    async fn move_to_end(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
-        self.inner.move_to_end(receipt).await
-    }
-
-    async fn move_all_to_end(&self, receipts: &[&Self::Receipt]) -> Vec<babelqueue::Result<()>> {
-        self.inner.move_all_to_end(receipts).await
-    }
-
-    async fn depth(&self, queue: &str) -> babelqueue::Result<u64> {
-        self.inner.depth(queue).await
-    }
-
-    async fn dead_letter(
-        &self,
-        receipt: &Self::Receipt,
-        dlq: &str,
-        body: Bytes,
-    ) -> babelqueue::Result<()> {
-        self.inner.dead_letter(receipt, dlq, body).await
-    }
-
-    fn reservation_limit(&self) -> Option<usize> {
-        self.inner.reservation_limit()
-    }
-
-    async fn unsubscribe(&self, queue: &str) -> babelqueue::Result<()> {
-        self.inner.unsubscribe(queue).await
-    }
-}
-
 /// How many messages the failure scenario dead-letters: three windows.
 const FAILING: usize = 60;
 /// The redrive window of the failure scenario.
@@ -588,9 +503,9 @@ async fn a_failed_window_reports_what_it_settled(url: &str, options: ConnectOpti
         }
     })
     .await;
-    let refusing = RefusingQueue {
-        inner: transport.clone(),
-        refused: refused.clone(),
+    let refusing = Refusing {
+        publish_to: Some(refused.clone()),
+        ..Refusing::new(transport.clone())
     };
     let options = RedriveOptions::new()
         .wait(WAIT)

@@ -6,12 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use babelqueue::transport::{AmqpTransport, Capabilities, Reserved, Transport};
+use babelqueue::transport::AmqpTransport;
 use babelqueue::worker::{Backoff, Job, Shutdown, UnknownUrn};
 use babelqueue::{BabelQueue, Envelope, MakeOptions};
-use bytes::Bytes;
 use polyq_amqp::{FieldValue, Properties};
-use runtime_support::{IDLE, PATIENCE, Scene, envelope_of, json_of, recorder};
+use runtime_support::{IDLE, PATIENCE, Refusing, Scene, envelope_of, json_of, recorder};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -384,99 +383,11 @@ async fn delayed_retry_goes_through_a_ttl_queue(url: &str) {
     scene.cleanup().await;
 }
 
-/// The AMQP binding with chosen operations refusing to work.
-struct Faulty {
-    inner: AmqpTransport,
-    ack: bool,
-    dead_letter: bool,
-}
-
-impl Faulty {
-    fn refused(queue: &str) -> babelqueue::Error {
-        babelqueue::Error::NotPublished {
-            queue: queue.to_owned(),
-            why: "refused by the test".to_owned(),
-        }
-    }
-}
-
-impl Transport for Faulty {
-    type Receipt = <AmqpTransport as Transport>::Receipt;
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn publish(
-        &self,
-        queue: &str,
-        body: Bytes,
-        headers: &[(String, String)],
-    ) -> babelqueue::Result<()> {
-        self.inner.publish(queue, body, headers).await
-    }
-
-    async fn reserve(
-        &self,
-        queue: &str,
-        wait: Duration,
-    ) -> babelqueue::Result<Option<Reserved<Self::Receipt>>> {
-        self.inner.reserve(queue, wait).await
-    }
-
-    async fn ack(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
-        if self.ack {
-            return Err(Self::refused("ack"));
-        }
-        self.inner.ack(receipt).await
-    }
-
-    async fn retry(
-        &self,
-        receipt: &Self::Receipt,
-        queue: &str,
-        body: Bytes,
-        headers: &[(String, String)],
-        delay: Duration,
-    ) -> babelqueue::Result<()> {
-        self.inner.retry(receipt, queue, body, headers, delay).await
-    }
-
-    async fn release(&self, receipt: &Self::Receipt, delay: Duration) -> babelqueue::Result<()> {
-        self.inner.release(receipt, delay).await
-    }
-
-    async fn move_to_end(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
-        self.inner.move_to_end(receipt).await
-    }
-
-    async fn depth(&self, queue: &str) -> babelqueue::Result<u64> {
-        self.inner.depth(queue).await
-    }
-
-    async fn dead_letter(
-        &self,
-        receipt: &Self::Receipt,
-        dlq: &str,
-        body: Bytes,
-    ) -> babelqueue::Result<()> {
-        if self.dead_letter {
-            return Err(Self::refused(dlq));
-        }
-        self.inner.dead_letter(receipt, dlq, body).await
-    }
-
-    async fn unsubscribe(&self, queue: &str) -> babelqueue::Result<()> {
-        self.inner.unsubscribe(queue).await
-    }
-}
-
 async fn a_failed_dead_letter_write_keeps_the_message(url: &str) {
     let scene = Scene::new(url).await;
-    let transport = Faulty {
-        inner: AmqpTransport::connect(url).await.unwrap(),
-        ack: false,
+    let transport = Refusing {
         dead_letter: true,
+        ..Refusing::new(AmqpTransport::connect(url).await.unwrap())
     };
     let queue = BabelQueue::with_transport(transport, scene.name());
     let sent = queue.publish(URN, &json!({"keep": "me"})).await.unwrap();
@@ -505,10 +416,9 @@ async fn a_failed_dead_letter_write_keeps_the_message(url: &str) {
 
 async fn a_failed_ack_is_not_a_handler_failure(url: &str) {
     let scene = Scene::new(url).await;
-    let transport = Faulty {
-        inner: AmqpTransport::connect(url).await.unwrap(),
+    let transport = Refusing {
         ack: true,
-        dead_letter: false,
+        ..Refusing::new(AmqpTransport::connect(url).await.unwrap())
     };
     let queue = BabelQueue::with_transport(transport, scene.name());
     queue.publish(URN, &json!({})).await.unwrap();

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use babelqueue::BabelQueue;
+use babelqueue::transport::{Capabilities, Health, Reserved, Transport};
 use babelqueue::worker::Job;
 use bytes::Bytes;
 use polyq_amqp::{Client, Delivery, OutgoingMessage, Properties};
@@ -179,5 +180,128 @@ pub async fn delete_redis_keys(url: &str, name: &str) {
             .query_async(&mut connection)
             .await
             .unwrap();
+    }
+}
+
+/// A transport whose chosen operations refuse to work (publishes to one queue, acks,
+/// dead-letter writes); everything else is `inner`'s.
+pub struct Refusing<T> {
+    pub inner: T,
+    /// Publishes to this queue fail.
+    pub publish_to: Option<String>,
+    pub ack: bool,
+    pub dead_letter: bool,
+}
+
+impl<T> Refusing<T> {
+    /// `inner` with nothing refused yet.
+    pub fn new(inner: T) -> Self {
+        Self {
+            inner,
+            publish_to: None,
+            ack: false,
+            dead_letter: false,
+        }
+    }
+
+    fn refused(queue: &str) -> babelqueue::Error {
+        babelqueue::Error::NotPublished {
+            queue: queue.to_owned(),
+            why: "refused by the test".to_owned(),
+        }
+    }
+}
+
+impl<T: Transport> Transport for Refusing<T> {
+    type Receipt = T::Receipt;
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn publish(
+        &self,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+    ) -> babelqueue::Result<()> {
+        if self.publish_to.as_deref() == Some(queue) {
+            return Err(Self::refused(queue));
+        }
+        self.inner.publish(queue, body, headers).await
+    }
+
+    async fn reserve(
+        &self,
+        queue: &str,
+        wait: Duration,
+    ) -> babelqueue::Result<Option<Reserved<Self::Receipt>>> {
+        self.inner.reserve(queue, wait).await
+    }
+
+    async fn ack(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
+        if self.ack {
+            return Err(Self::refused("ack"));
+        }
+        self.inner.ack(receipt).await
+    }
+
+    async fn retry(
+        &self,
+        receipt: &Self::Receipt,
+        queue: &str,
+        body: Bytes,
+        headers: &[(String, String)],
+        delay: Duration,
+    ) -> babelqueue::Result<()> {
+        self.inner.retry(receipt, queue, body, headers, delay).await
+    }
+
+    async fn release(&self, receipt: &Self::Receipt, delay: Duration) -> babelqueue::Result<()> {
+        self.inner.release(receipt, delay).await
+    }
+
+    async fn move_to_end(&self, receipt: &Self::Receipt) -> babelqueue::Result<()> {
+        self.inner.move_to_end(receipt).await
+    }
+
+    async fn move_all_to_end(&self, receipts: &[&Self::Receipt]) -> Vec<babelqueue::Result<()>> {
+        self.inner.move_all_to_end(receipts).await
+    }
+
+    async fn depth(&self, queue: &str) -> babelqueue::Result<u64> {
+        self.inner.depth(queue).await
+    }
+
+    async fn dead_letter(
+        &self,
+        receipt: &Self::Receipt,
+        dlq: &str,
+        body: Bytes,
+    ) -> babelqueue::Result<()> {
+        if self.dead_letter {
+            return Err(Self::refused(dlq));
+        }
+        self.inner.dead_letter(receipt, dlq, body).await
+    }
+
+    fn schema_version(&self, receipt: &Self::Receipt) -> Option<String> {
+        self.inner.schema_version(receipt)
+    }
+
+    fn reservation_limit(&self) -> Option<usize> {
+        self.inner.reservation_limit()
+    }
+
+    fn health(&self) -> Option<Health> {
+        self.inner.health()
+    }
+
+    fn health_watch(&self) -> Option<tokio::sync::watch::Receiver<Health>> {
+        self.inner.health_watch()
+    }
+
+    async fn unsubscribe(&self, queue: &str) -> babelqueue::Result<()> {
+        self.inner.unsubscribe(queue).await
     }
 }
