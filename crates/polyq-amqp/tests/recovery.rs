@@ -18,8 +18,8 @@ use std::time::Duration;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use polyq_amqp::{
-    Client, ClientOptions, ConsumeOptions, Error, OutgoingMessage, Properties, PublishOutcome,
-    QueueSpec,
+    Client, ClientOptions, ConsumeOptions, Consumer, Delivery, Error, OutgoingMessage, Properties,
+    PublishOutcome, QueueSpec,
 };
 use polyq_testkit::{amqp_url, unique_name};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -70,6 +70,15 @@ async fn publish_confirmed(client: &Client, queue: &str, body: &str) -> PublishO
         .expect("publishes")
         .await
         .expect("confirmed")
+}
+
+/// The consumer's next delivery, within [`LIMIT`].
+async fn next_delivery(consumer: &mut Consumer) -> Delivery {
+    timeout(LIMIT, consumer.next())
+        .await
+        .expect("delivered in time")
+        .expect("stream open")
+        .expect("delivery")
 }
 
 /// Deletes the test's queue and closes its client.
@@ -174,11 +183,7 @@ async fn consumer_and_publisher_carry_on_through_close_all_connections() {
         .expect("publishes")
         .await
         .expect("confirmed");
-    let before = timeout(LIMIT, consumer.next())
-        .await
-        .expect("delivered in time")
-        .expect("stream open")
-        .expect("delivery");
+    let before = next_delivery(&mut consumer).await;
     assert_eq!(&before.body[..], b"before");
     assert!(!before.redelivered);
 
@@ -622,11 +627,7 @@ async fn channel_errors_leave_the_client_usable() {
         .consume(&queue, &ConsumeOptions::default())
         .await
         .expect("consumes");
-    let delivery = timeout(LIMIT, consumer.next())
-        .await
-        .expect("delivered in time")
-        .expect("stream open")
-        .expect("delivery");
+    let delivery = next_delivery(&mut consumer).await;
     assert_eq!(&delivery.body[..], b"two");
     delivery.ack().await.expect("acks");
     assert!(
@@ -681,11 +682,7 @@ async fn a_server_named_queue_lost_with_the_connection_ends_its_consumer() {
         publish_confirmed(&client, &kept.name, "after").await,
         PublishOutcome::Acked
     );
-    let delivery = timeout(LIMIT, on_kept.next())
-        .await
-        .expect("delivered in time")
-        .expect("stream open")
-        .expect("delivery");
+    let delivery = next_delivery(&mut on_kept).await;
     assert_eq!(&delivery.body[..], b"after");
     delivery.ack().await.expect("acks");
 
