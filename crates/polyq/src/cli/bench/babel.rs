@@ -207,7 +207,8 @@ fn sequential_rate(messages: u32, publish: f64, consume: f64) -> f64 {
 
 /// Raw lapin publishing `--messages` reference bodies with the binding's properties (confirmed,
 /// mandatory, window `--window`) to `queue`'s own durable queue, which is deleted afterwards,
-/// awaiting each publish and then queuing its writes: messages per second of each.
+/// awaiting each publish and then queuing its writes, each into the emptied queue: messages per
+/// second of each.
 async fn raw_publish(queue: &BabelQueue, args: &BabelArgs) -> anyhow::Result<[f64; 2]> {
     let settings = one_phase(
         args,
@@ -224,6 +225,10 @@ async fn raw_publish(queue: &BabelQueue, args: &BabelArgs) -> anyhow::Result<[f6
             .await;
         raw.close().await?;
         *rate_of = rate(args.messages, published?);
+        // Each side starts from the empty queue the other found.
+        if let AnyTransport::Amqp(amqp) = queue.transport().as_ref() {
+            amqp.client().purge_queue(queue.queue()).await?;
+        }
     }
     Ok(rates)
 }
