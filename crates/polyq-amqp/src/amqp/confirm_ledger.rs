@@ -158,21 +158,9 @@ struct Sent<F> {
     answer: oneshot::Sender<Settled>,
 }
 
-/// The publishing side of a channel's ledger. Clones share it; the tracker learns that nothing
-/// more will register once the last is gone, and a publish in progress holds one.
+/// The publishing side of a channel's ledger. Once it is dropped, the tracker knows that
+/// nothing more will register.
 pub(super) struct LedgerHandle<F> {
-    shared: Arc<Publishers<F>>,
-}
-
-impl<F> Clone for LedgerHandle<F> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-struct Publishers<F> {
     inbox: Arc<Inbox<F>>,
     tracker: SharedTracker<F>,
 }
@@ -239,7 +227,7 @@ impl<F> Inbox<F> {
     }
 }
 
-impl<F> Drop for Publishers<F> {
+impl<F> Drop for LedgerHandle<F> {
     fn drop(&mut self) {
         self.inbox.closed.store(true, Ordering::SeqCst);
         self.inbox.waker.wake();
@@ -251,16 +239,16 @@ where
     F: Future<Output = Answer> + Unpin,
 {
     /// Takes the next sequence number; call it before the publish is sent.
-    pub(super) fn begin(&self) -> Publishing<F> {
+    pub(super) fn begin(&self) -> Publishing<'_, F> {
         Publishing {
-            handle: self.clone(),
-            seq: self.shared.inbox.started.fetch_add(1, Ordering::SeqCst),
+            handle: self,
+            seq: self.inbox.started.fetch_add(1, Ordering::SeqCst),
             registered: false,
         }
     }
 
     fn register(&self, registration: Registration<F>) {
-        if self.shared.inbox.register(registration) {
+        if self.inbox.register(registration) {
             self.drive_or_wake();
         }
     }
@@ -271,7 +259,7 @@ where
     /// when the tracker runs, so waking the tracker instead would cost a task switch per
     /// publish, and its round would find the next publish in the gap again.
     fn drive_or_wake(&self) {
-        if let Ok(mut tracker) = self.shared.tracker.try_lock()
+        if let Ok(mut tracker) = self.tracker.try_lock()
             && let Some(tracker) = tracker.as_mut()
             && let Some(waker) = tracker.task_waker.clone()
         {
@@ -279,22 +267,22 @@ where
             let _ = tracker.drive(&mut Context::from_waker(&waker));
             return;
         }
-        self.shared.inbox.waker.wake();
+        self.inbox.waker.wake();
     }
 }
 
 /// A publish between taking its sequence number and registering its confirm. Dropped without
 /// [`Publishing::sent`], it registers a tombstone so that later rounds can still cover.
-pub(super) struct Publishing<F>
+pub(super) struct Publishing<'a, F>
 where
     F: Future<Output = Answer> + Unpin,
 {
-    handle: LedgerHandle<F>,
+    handle: &'a LedgerHandle<F>,
     seq: u64,
     registered: bool,
 }
 
-impl<F> Publishing<F>
+impl<F> Publishing<'_, F>
 where
     F: Future<Output = Answer> + Unpin,
 {
@@ -314,7 +302,7 @@ where
     }
 }
 
-impl<F> Drop for Publishing<F>
+impl<F> Drop for Publishing<'_, F>
 where
     F: Future<Output = Answer> + Unpin,
 {
@@ -371,10 +359,8 @@ where
     })));
     (
         LedgerHandle {
-            shared: Arc::new(Publishers {
-                inbox,
-                tracker: tracker.clone(),
-            }),
+            inbox,
+            tracker: tracker.clone(),
         },
         TrackerTask { tracker },
     )

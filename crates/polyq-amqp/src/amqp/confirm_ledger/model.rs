@@ -63,9 +63,9 @@ enum Frame {
     ChannelClosed,
 }
 
-enum Publisher {
-    Begun(usize, Publishing<FakeConfirm>),
-    Sent(usize, Publishing<FakeConfirm>, FakeConfirm),
+enum Publisher<'a> {
+    Begun(usize, Publishing<'a, FakeConfirm>),
+    Sent(usize, Publishing<'a, FakeConfirm>, FakeConfirm),
 }
 
 struct Model<'a> {
@@ -74,7 +74,7 @@ struct Model<'a> {
     handle: &'a LedgerHandle<FakeConfirm>,
     tracker: TrackerTask<FakeConfirm>,
     next: usize,
-    publishers: Vec<Publisher>,
+    publishers: Vec<Publisher<'a>>,
     answered: Vec<(usize, Answered)>,
     /// Published, not yet routed by the broker.
     inbox: VecDeque<(u64, usize)>,
@@ -142,7 +142,7 @@ impl<'a> Model<'a> {
         }
     }
 
-    fn advance(&mut self, publisher: Publisher) {
+    fn advance(&mut self, publisher: Publisher<'a>) {
         match publisher {
             Publisher::Begun(index, pending) => {
                 // A publish on a closed channel fails: its sequence becomes a tombstone.
