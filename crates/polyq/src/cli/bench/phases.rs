@@ -36,7 +36,8 @@ pub(super) enum Side {
     /// written the frames), then its confirm.
     Raw = 0,
     /// lapin with each `basic_publish` polled once, which queues the frames, and awaited later
-    /// together with its confirm, as polyq-amqp publishes. Publish phases only.
+    /// together with its confirm, as polyq-amqp publishes. Only where the raw side publishes
+    /// (not `bench amqp`'s consume phase).
     RawQueued = 1,
     /// The library being measured.
     Library = 2,
