@@ -89,6 +89,13 @@ impl BabelQueueBuilder {
         self
     }
 
+    /// The TLS settings of `amqps://` and `rediss://`: authorities to trust, a client
+    /// certificate (default: the system's roots, none). See [`TlsOptions`](crate::transport::TlsOptions).
+    pub fn tls(mut self, tls: crate::transport::TlsOptions) -> Self {
+        self.options = self.options.tls(tls);
+        self
+    }
+
     /// All connection options at once.
     pub fn options(mut self, options: ConnectOptions) -> Self {
         self.options = options;

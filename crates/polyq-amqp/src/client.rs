@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::memory;
 use crate::message::{Delivery, OutgoingMessage, PublishOutcome};
+use crate::tls::TlsOptions;
 use crate::topology::{Binding, ExchangeSpec, QueueInfo, QueueSpec};
 
 /// Options shared by both implementations. Every setter documents its default.
@@ -27,6 +28,9 @@ pub struct ClientOptions {
     pub reconnect_initial: Duration,
     /// Cap of the reconnect delay. Default 5 s.
     pub reconnect_max: Duration,
+    /// Trusted authorities and client certificate of an `amqps://` connection. Default: the
+    /// system's roots, no client certificate.
+    pub tls: TlsOptions,
 }
 
 impl Default for ClientOptions {
@@ -36,6 +40,7 @@ impl Default for ClientOptions {
             recovery_wait: Duration::from_secs(30),
             reconnect_initial: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -57,6 +62,13 @@ impl ClientOptions {
     pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.reconnect_initial = initial;
         self.reconnect_max = max;
+        self
+    }
+
+    /// Sets the TLS settings of `amqps://` (default [`TlsOptions::default`]). Connecting any
+    /// other URL with settings here fails.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
         self
     }
 }
@@ -173,6 +185,9 @@ impl Client {
         let scheme = url
             .split_once("://")
             .map(|(scheme, _)| scheme.to_ascii_lowercase());
+        options
+            .tls
+            .check_scheme(&crate::redact_url(url), scheme.as_deref() == Some("amqps"))?;
         let backend = match scheme.as_deref() {
             Some("memory") => Backend::Memory(memory::MemoryClient::connect(url, &options)?),
             #[cfg(feature = "amqp")]

@@ -14,6 +14,7 @@ mod message;
 pub mod message_json;
 mod properties;
 mod redact;
+mod tls;
 mod topology;
 mod value;
 
@@ -24,5 +25,6 @@ pub use message::{Delivery, OutgoingMessage, PublishOutcome, ReturnedMessage};
 pub use message_json::MessageJson;
 pub use properties::Properties;
 pub use redact::redact_url;
+pub use tls::TlsOptions;
 pub use topology::{Binding, ExchangeKind, ExchangeSpec, QueueInfo, QueueSpec};
 pub use value::{FieldTable, FieldValue};

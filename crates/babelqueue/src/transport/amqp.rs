@@ -17,12 +17,12 @@ use bytes::Bytes;
 use futures_util::StreamExt as _;
 use futures_util::future::join_all;
 use polyq_amqp::{
-    Acker, Client, Confirm, ConsumeOptions, Consumer, FieldValue, OutgoingMessage, Properties,
-    PublishOutcome, QueueSpec,
+    Acker, Client, ClientOptions, Confirm, ConsumeOptions, Consumer, FieldValue, OutgoingMessage,
+    Properties, PublishOutcome, QueueSpec,
 };
 use tracing::debug;
 
-use super::{Capabilities, Headers, Health, Reserved, Transport};
+use super::{Capabilities, Headers, Health, Reserved, TlsOptions, Transport};
 use crate::projection;
 use crate::{Error, Result};
 
@@ -39,11 +39,17 @@ const NO_ROUTE: u16 = 312;
 pub struct AmqpOptions {
     /// Deliveries the broker hands one queue's consumer before they are settled. Default 100.
     pub prefetch: u16,
+    /// Trusted authorities and client certificate of `amqps://`. Default: the system's roots,
+    /// no client certificate.
+    pub tls: TlsOptions,
 }
 
 impl Default for AmqpOptions {
     fn default() -> Self {
-        Self { prefetch: 100 }
+        Self {
+            prefetch: 100,
+            tls: TlsOptions::default(),
+        }
     }
 }
 
@@ -52,6 +58,13 @@ impl AmqpOptions {
     /// this many messages in flight.
     pub fn prefetch(mut self, prefetch: u16) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets the TLS settings of `amqps://` (default: the system's roots, no client
+    /// certificate). Connecting another URL with settings here fails.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
         self
     }
 }
@@ -137,7 +150,11 @@ impl AmqpTransport {
     /// # Errors
     /// As [`AmqpTransport::connect`].
     pub async fn connect_with(url: &str, options: AmqpOptions) -> Result<Self> {
-        Ok(Self::with_client(Client::connect(url).await?, options))
+        let client_options = ClientOptions::default().tls(options.tls.clone());
+        Ok(Self::with_client(
+            Client::connect_with(url, client_options).await?,
+            options,
+        ))
     }
 
     /// A binding over an existing client (its connection is shared).

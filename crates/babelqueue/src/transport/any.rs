@@ -7,7 +7,7 @@ use bytes::Bytes;
 #[cfg(feature = "redis")]
 use super::redis::{LaravelReceipt, LaravelTransport, RedisOptions, RedisReceipt, RedisTransport};
 use super::{
-    AmqpOptions, AmqpReceipt, AmqpTransport, Capabilities, Health, Reserved, Transport,
+    AmqpOptions, AmqpReceipt, AmqpTransport, Capabilities, Health, Reserved, TlsOptions, Transport,
     move_each_to_end,
 };
 use crate::{Error, Result};
@@ -46,6 +46,17 @@ impl ConnectOptions {
     /// Sets the Redis key layout (default [`RedisLayout::Default`]).
     pub fn redis_layout(mut self, layout: RedisLayout) -> Self {
         self.redis_layout = layout;
+        self
+    }
+
+    /// Sets the TLS settings of `amqps://` and `rediss://` (see [`TlsOptions`]);
+    /// call it after [`ConnectOptions::redis`], which replaces the Redis options whole.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        #[cfg(feature = "redis")]
+        {
+            self.redis = self.redis.tls(tls.clone());
+        }
+        self.amqp.tls = tls;
         self
     }
 
@@ -247,6 +258,8 @@ impl Transport for AnyTransport {
         )
     }
 
+    // Without the `redis` feature the AMQP binding is the only one.
+    #[allow(irrefutable_let_patterns)]
     async fn move_all_to_end(&self, receipts: &[&AnyReceipt]) -> Vec<Result<()>> {
         if let AnyTransport::Amqp(amqp) = self {
             let own: Option<Vec<&AmqpReceipt>> = receipts

@@ -14,7 +14,7 @@ pub mod redis;
 
 pub use amqp::{AmqpOptions, AmqpReceipt, AmqpTransport};
 pub use any::{AnyReceipt, AnyTransport, ConnectOptions, RedisLayout};
-pub use polyq_amqp::Health;
+pub use polyq_amqp::{Health, TlsOptions};
 
 /// Out-of-band headers that ride beside a body (`traceparent`, `tracestate`, `bq-replay-bypass`),
 /// in the order they were read or are to be written.

@@ -8,6 +8,7 @@
 use std::fmt::Display;
 
 use lapin::BasicProperties;
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable as LapinTable, LongString,
     ShortString,
@@ -15,6 +16,7 @@ use lapin::types::{
 
 use crate::error::{Error, Result};
 use crate::properties::Properties;
+use crate::tls::TlsOptions;
 use crate::value::{FieldTable, FieldValue};
 
 /// A short string, or an error saying which one was too long. `what` is only formatted for the
@@ -191,6 +193,20 @@ pub(super) fn properties_from_amqp(props: &BasicProperties) -> Properties {
         kind: text(props.kind()),
         user_id: text(props.user_id()),
         app_id: text(props.app_id()),
+    }
+}
+
+/// lapin's TLS settings for the client's: extra trusted authorities, and the client certificate
+/// as a PEM chain with its PKCS#8 key.
+pub(super) fn lapin_tls(tls: &TlsOptions) -> OwnedTLSConfig {
+    OwnedTLSConfig {
+        identity: tls
+            .client_certificate_pem()
+            .map(|(certificate, key)| OwnedIdentity::PKCS8 {
+                pem: certificate.as_bytes().to_vec(),
+                key: key.as_bytes().to_vec(),
+            }),
+        cert_chain: tls.root_certificates_pem().map(str::to_owned),
     }
 }
 

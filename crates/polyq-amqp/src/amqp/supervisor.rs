@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::consumer::ConsumerSlot;
+use super::convert::lapin_tls;
 use super::errors::{Failure, Target, classify, from_lapin};
 use super::ops::{Op, Outcome};
 use super::record::{Declared, Record};
@@ -366,7 +367,12 @@ impl Shared {
             .map_or(CONNECT_TIMEOUT, Duration::from_millis);
         let connection = match tokio::time::timeout(
             limit,
-            Connection::connect_uri(self.uri.clone(), properties),
+            Connection::connect_uri_with_config(
+                self.uri.clone(),
+                properties,
+                lapin_tls(&self.options.tls),
+                lapin::runtime::default_runtime()?,
+            ),
         )
         .await
         {

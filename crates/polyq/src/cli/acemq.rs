@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::cli::connect::AmqpBroker;
 use acemq::time::OffsetDateTime;
 use acemq::{Envelope, Itinerary, RoutingSlip, Stop, provenance, wire};
 use anyhow::{Context as _, anyhow, bail};
 use clap::Subcommand;
 use futures_util::StreamExt as _;
 use polyq_amqp::message_json::{body_from_json, body_to_json, headers_from_json, headers_to_json};
-use polyq_amqp::{Client, ConsumeOptions, FieldValue, MessageJson, Properties};
+use polyq_amqp::{ConsumeOptions, FieldValue, MessageJson, Properties};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -58,9 +59,8 @@ pub(crate) enum Command {
     /// Publish through the library (confirmed, mandatory) and print the envelope of each
     /// message as `decode` does, one JSON line each.
     Publish {
-        /// The broker: amqp://, amqps:// or memory://.
-        #[arg(long)]
-        url: String,
+        #[command(flatten)]
+        broker: AmqpBroker,
         /// The exchange (the default exchange when empty).
         #[arg(long, default_value = "")]
         exchange: String,
@@ -89,9 +89,8 @@ pub(crate) enum Command {
     /// Consume from a queue and acknowledge, printing each message as `decode` does, one JSON
     /// line each. Stops after --count messages, or when none came for --timeout seconds.
     Consume {
-        /// The broker: amqp://, amqps:// or memory://.
-        #[arg(long)]
-        url: String,
+        #[command(flatten)]
+        broker: AmqpBroker,
         /// The queue.
         #[arg(long)]
         queue: String,
@@ -111,9 +110,8 @@ pub(crate) enum Command {
     /// reset to 1, replay stamps added, each publish confirmed before the copy is acknowledged.
     /// A progress bar on standard error; a summary on standard output.
     Replay {
-        /// Broker URL (amqp://, amqps:// or memory://).
-        #[arg(long)]
-        url: String,
+        #[command(flatten)]
+        broker: AmqpBroker,
         /// The source queue Q whose dead-letter (or parking) queue is replayed.
         #[arg(long)]
         queue: String,
@@ -132,9 +130,8 @@ pub(crate) enum Command {
     /// `redelivered` and the decoded `envelope` added. Messages are read, then given back
     /// (nack with requeue), which sets their `redelivered` flag.
     Peek {
-        /// Broker URL (amqp://, amqps:// or memory://).
-        #[arg(long)]
-        url: String,
+        #[command(flatten)]
+        broker: AmqpBroker,
         /// The queue to look into.
         #[arg(long)]
         queue: String,
@@ -158,7 +155,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             encode(&input, &origin, parse_now(now.as_deref())?)?.to_json_pretty()
         }
         Command::Publish {
-            url,
+            broker,
             exchange,
             routing_key,
             message_type,
@@ -176,12 +173,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let message_type =
                 message_type.unwrap_or_else(|| wire::type_for(&routing_key).to_owned());
-            let mq = acemq::AceMq::builder()
-                .url(url.as_str())
-                .client_name("polyq")
-                .connect()
-                .await
-                .with_context(|| format!("--url {}", polyq_amqp::redact_url(&url)))?;
+            let mq = broker.acemq().await?;
             let publisher = mq.publisher::<Value>(exchange, routing_key);
             let body = serde_json::to_vec(&payload)?;
             for _ in 0..count {
@@ -209,7 +201,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::Consume {
-            url,
+            broker,
             queue,
             count,
             timeout,
@@ -220,21 +212,25 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .ok_or_else(|| {
                     anyhow!("--timeout: expected a positive number of seconds, found {timeout}")
                 })?;
-            consume(&url, &queue, count, idle).await?;
+            consume(&broker, &queue, count, idle).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Replay {
-            url,
+            broker,
             queue,
             parked,
             limit,
             dry_run,
         } => {
-            replay::replay(&url, &queue, parked, limit, dry_run).await?;
+            replay::replay(&broker, &queue, parked, limit, dry_run).await?;
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Peek { url, queue, count } => {
-            replay::peek(&url, &queue, count, |message| {
+        Command::Peek {
+            broker,
+            queue,
+            count,
+        } => {
+            replay::peek(&broker, &queue, count, |message| {
                 decode(message, OffsetDateTime::now_utc())
             })
             .await?;
@@ -265,10 +261,13 @@ pub(crate) fn name_value(text: &str, flag: &str) -> anyhow::Result<(String, Stri
 /// Takes messages off `queue` as they come, printing and acknowledging each. The transport
 /// client is used rather than an `acemq` consumer so that every message is shown as it is on
 /// the wire (properties, content type, undecodable bodies), and nothing is declared.
-async fn consume(url: &str, queue: &str, count: Option<u64>, idle: Duration) -> anyhow::Result<()> {
-    let client = Client::connect(url)
-        .await
-        .with_context(|| format!("--url {}", polyq_amqp::redact_url(url)))?;
+async fn consume(
+    broker: &AmqpBroker,
+    queue: &str,
+    count: Option<u64>,
+    idle: Duration,
+) -> anyhow::Result<()> {
+    let client = broker.client().await?;
     let prefetch = count.map_or(50, |n| u16::try_from(n.min(50)).unwrap_or(50));
     let mut deliveries = client
         .consume(queue, &ConsumeOptions::default().prefetch(prefetch.max(1)))

@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal as _;
 
-use acemq::AceMq;
+use crate::cli::connect::AmqpBroker;
 use acemq::patterns::replay::{Replay, Stopped};
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -23,18 +23,13 @@ struct Peeked<'a, D> {
 /// Moves messages from `Q.dlq` (or `Q.parked`) back to `Q`, with a progress bar on standard
 /// error (hidden when it is not a terminal) and a summary on standard output.
 pub(super) async fn replay(
-    url: &str,
+    broker: &AmqpBroker,
     queue: &str,
     parked: bool,
     limit: Option<u64>,
     dry_run: bool,
 ) -> anyhow::Result<()> {
-    let mq = AceMq::builder()
-        .url(url)
-        .client_name("polyq")
-        .connect()
-        .await
-        .with_context(|| format!("--url {}", polyq_amqp::redact_url(url)))?;
+    let mq = broker.acemq().await?;
     let mut replay = if parked {
         Replay::parked(&mq, queue)
     } else {
@@ -95,14 +90,12 @@ fn progress_bar(length: u64, source: &str, dry_run: bool) -> ProgressBar {
 /// with `nack` and requeue, so none is shown twice and none is lost; the broker marks them
 /// redelivered, and a consumer may see them reordered.
 pub(super) async fn peek<D: Serialize>(
-    url: &str,
+    broker: &AmqpBroker,
     queue: &str,
     count: u64,
     describe: impl Fn(&MessageJson) -> anyhow::Result<D>,
 ) -> anyhow::Result<()> {
-    let client = Client::connect(url)
-        .await
-        .with_context(|| format!("--url {}", polyq_amqp::redact_url(url)))?;
+    let client = broker.client().await?;
     let mut held: Vec<Delivery> = Vec::new();
     let shown = show(&client, queue, count, &describe, &mut held).await;
     let mut given_back = Ok(());

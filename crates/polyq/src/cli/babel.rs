@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::cli::connect::TlsArgs;
 use anyhow::{Context as _, anyhow};
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::transport::redis::RedisOptions;
@@ -131,6 +132,8 @@ pub(crate) struct Broker {
     /// The Redis key layout.
     #[arg(long, value_enum, default_value_t = Layout::Default)]
     layout: Layout,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 /// The Redis key layout, as a flag.
@@ -154,25 +157,27 @@ impl From<Layout> for RedisLayout {
 impl Broker {
     /// Connects to the binding the URL names.
     pub(crate) async fn connect(&self) -> anyhow::Result<AnyTransport> {
-        connect(&self.url, self.layout).await
+        self.connect_with(ConnectOptions::default().redis_layout(self.layout.into()))
+            .await
     }
-}
 
-/// The most messages one Redis reserve takes ([`RedisOptions::prefetch`] refuses more).
-const REDIS_MAX_PREFETCH: usize = 1000;
-
-/// Connects to the binding `url` names; errors name the URL with credentials redacted.
-pub(crate) async fn connect(url: &str, layout: Layout) -> anyhow::Result<AnyTransport> {
-    connect_with(url, ConnectOptions::default().redis_layout(layout.into())).await
+    /// Connects with `options` and the TLS flags; errors name the URL with credentials
+    /// redacted.
+    async fn connect_with(&self, options: ConnectOptions) -> anyhow::Result<AnyTransport> {
+        connect(&self.url, options.tls(self.tls.options()?)).await
+    }
 }
 
 /// Connects to the binding `url` names with `options`; errors name the URL with credentials
 /// redacted.
-async fn connect_with(url: &str, options: ConnectOptions) -> anyhow::Result<AnyTransport> {
+pub(crate) async fn connect(url: &str, options: ConnectOptions) -> anyhow::Result<AnyTransport> {
     AnyTransport::connect(url, options)
         .await
         .with_context(|| format!("--url {}", polyq_amqp::redact_url(url)))
 }
+
+/// The most messages one Redis reserve takes ([`RedisOptions::prefetch`] refuses more).
+const REDIS_MAX_PREFETCH: usize = 1000;
 
 fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(value)
@@ -302,8 +307,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .redis_layout(broker.layout.into())
                 .prefetch(u16::try_from(window).unwrap_or(u16::MAX))
                 .redis(RedisOptions::new().prefetch(window.clamp(1, REDIS_MAX_PREFETCH)));
-            let transport =
-                progress::Counted::new(connect_with(&broker.url, connect).await?, &dlq, max);
+            let transport = progress::Counted::new(broker.connect_with(connect).await?, &dlq, max);
             let outcome = babelqueue::redrive::redrive(&transport, &dlq, &options).await;
             transport.finish();
             match outcome {

@@ -3,4 +3,5 @@
 pub(crate) mod acemq;
 pub(crate) mod babel;
 pub(crate) mod bench;
+pub(crate) mod connect;
 pub(crate) mod demo;

@@ -6,10 +6,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisError, ScriptInvocation};
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, FromRedisValue, RedisError,
+    ScriptInvocation, TlsCertificates,
+};
 
 use super::{RedisErrorKind, RedisOptions};
 use crate::Error;
+use crate::transport::TlsOptions;
 
 /// Idle waiting connections kept for reuse; more are opened while more callers wait at once.
 const IDLE_WAITERS: usize = 16;
@@ -41,7 +45,36 @@ impl Connection {
                 reason: "a Redis transport takes redis://host[:port][/db] or rediss://…".to_owned(),
             });
         }
-        let client = Client::open(url).map_err(|error| Error::UnsupportedUrl {
+        options
+            .tls
+            .check_scheme(&shown, url.starts_with("rediss://"))
+            .map_err(|error| Error::UnsupportedUrl {
+                url: shown.to_string(),
+                reason: match error {
+                    polyq_amqp::Error::InvalidUrl { reason, .. } => reason,
+                    other => other.to_string(),
+                },
+            })?;
+        let tls = &options.tls;
+        let client = if *tls == TlsOptions::default() {
+            Client::open(url)
+        } else {
+            Client::build_with_tls(
+                url,
+                TlsCertificates {
+                    client_tls: tls.client_certificate_pem().map(|(certificate, key)| {
+                        ClientTlsConfig {
+                            client_cert: certificate.as_bytes().to_vec(),
+                            client_key: key.as_bytes().to_vec(),
+                        }
+                    }),
+                    root_cert: tls
+                        .root_certificates_pem()
+                        .map(|pem| pem.as_bytes().to_vec()),
+                },
+            )
+        }
+        .map_err(|error| Error::UnsupportedUrl {
             url: shown.to_string(),
             reason: hide(error.to_string()),
         })?;

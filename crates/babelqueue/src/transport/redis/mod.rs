@@ -20,6 +20,8 @@ mod scripts;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
+use crate::transport::TlsOptions;
+
 pub use crate::error::RedisErrorKind;
 pub use default_layout::{RedisReceipt, RedisTransport};
 pub use laravel::{LaravelReceipt, LaravelTransport};
@@ -48,6 +50,7 @@ pub struct RedisOptions {
     prefetch: usize,
     connection_timeout: Duration,
     response_timeout: Duration,
+    tls: TlsOptions,
 }
 
 impl Default for RedisOptions {
@@ -63,6 +66,7 @@ impl Default for RedisOptions {
             prefetch: 1,
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -150,6 +154,14 @@ impl RedisOptions {
     /// top). Default 5 s.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// The TLS settings of `rediss://`: the authorities to trust instead of the system's roots,
+    /// and a client certificate for a server with `tls-auth-clients`. Default: the system's
+    /// roots, no client certificate. Connecting `redis://` with settings here fails.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
         self
     }
 

@@ -4,13 +4,14 @@
 //! The plan is the crate's (`acemq::topology`), and so are applying and validating it
 //! (`acemq::topology_apply`); this module reads the flags and prints the reports as JSON.
 
+use crate::cli::connect::AmqpBroker;
 use acemq::retry::RetryPolicy;
 use acemq::topology::{Declared, QueueType, SourceQueue, Topology, TopologyPlan};
 use acemq::topology_apply;
-use anyhow::{Context as _, anyhow};
+use anyhow::anyhow;
 use clap::{Args, Subcommand};
 use polyq_amqp::message_json::headers_to_json;
-use polyq_amqp::{Binding, Client, ExchangeSpec, QueueSpec};
+use polyq_amqp::{Binding, ExchangeSpec, QueueSpec};
 use serde_json::{Value, json};
 
 /// `polyq acemq topology` subcommands.
@@ -25,9 +26,8 @@ pub(crate) enum Command {
     /// conflicts with an existing object, or that the broker refuses, is reported (exit status
     /// 1), never forced.
     Apply {
-        /// The broker: amqp://, amqps:// or memory://.
-        #[arg(long)]
-        url: String,
+        #[command(flatten)]
+        broker: AmqpBroker,
         #[command(flatten)]
         consumer: ConsumerArgs,
     },
@@ -35,9 +35,8 @@ pub(crate) enum Command {
     /// (an exchange or queue missing, or declared otherwise). Bindings are listed unchecked:
     /// AMQP 0-9-1 cannot list them.
     Validate {
-        /// The broker: amqp://, amqps:// or memory://.
-        #[arg(long)]
-        url: String,
+        #[command(flatten)]
+        broker: AmqpBroker,
         #[command(flatten)]
         consumer: ConsumerArgs,
     },
@@ -94,18 +93,18 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<bool> {
             );
             Ok(true)
         }
-        Command::Apply { url, consumer } => {
+        Command::Apply { broker, consumer } => {
             let plan = consumer.plan()?;
-            let client = connect(&url).await?;
+            let client = broker.client().await?;
             let report = topology_apply::apply(&client, &plan).await;
             client.close().await.ok();
             let report = report?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(report.is_clean())
         }
-        Command::Validate { url, consumer } => {
+        Command::Validate { broker, consumer } => {
             let plan = consumer.plan()?;
-            let client = connect(&url).await?;
+            let client = broker.client().await?;
             let report = topology_apply::validate(&client, &plan).await;
             client.close().await.ok();
             let report = report?;
@@ -113,12 +112,6 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<bool> {
             Ok(report.is_clean())
         }
     }
-}
-
-async fn connect(url: &str) -> anyhow::Result<Client> {
-    Client::connect(url)
-        .await
-        .with_context(|| format!("--url {}", polyq_amqp::redact_url(url)))
 }
 
 /// The plan as JSON, in declaration order.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use babelqueue::redrive::{RedriveAction, RedriveOptions};
-use babelqueue::transport::{AnyTransport, Transport};
+use babelqueue::transport::{AnyTransport, ConnectOptions, Transport};
 use babelqueue::worker::{Job, UnknownUrn};
 use babelqueue::{BabelQueue, Verdict};
 use bytes::Bytes;
@@ -24,7 +24,8 @@ const STEP: Duration = Duration::from_secs(10);
 
 /// Runs the BabelQueue part on `url`.
 pub(crate) async fn run(url: &str, layout: Layout, timeline: &Timeline) -> anyhow::Result<()> {
-    let transport = Arc::new(connect(url, layout).await?);
+    let transport =
+        Arc::new(connect(url, ConnectOptions::default().redis_layout(layout.into())).await?);
     timeline.event(PART, "connected", polyq_amqp::redact_url(url));
     let jobs = BabelQueue::with_shared_transport(transport.clone(), unique("jobs"));
     let outcome = steps(&jobs, timeline).await;
