@@ -58,32 +58,13 @@ fn babel_publishes_and_consumes_on_a_redis_server_that_verifies_clients() {
         "urn:babel:tls:cli",
         "--data",
         r#"{"n":1}"#,
-        "--tls-ca",
-        &ca,
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
     ];
-    assert_eq!(success_lines(polyq(&publish), &publish).len(), 1);
+    let client_certificate = ["--tls-cert", &cert, "--tls-key", &key];
+    let trusted = [&publish[..], &["--tls-ca", &ca], &client_certificate].concat();
+    assert_eq!(success_lines(polyq(&trusted), &trusted).len(), 1);
 
     // Without the authority the server's certificate is not trusted.
-    let untrusted = [
-        "babel",
-        "publish",
-        "--url",
-        &url,
-        "--queue",
-        &queue,
-        "--urn",
-        "urn:babel:tls:cli",
-        "--data",
-        "{}",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ];
+    let untrusted = [&publish[..], &client_certificate].concat();
     let refused = failure(&untrusted);
     assert!(refused.contains(&format!("--url {url}")), "{refused}");
 
