@@ -187,7 +187,11 @@ impl Client {
             .map(|(scheme, _)| scheme.to_ascii_lowercase());
         options
             .tls
-            .check_scheme(&crate::redact_url(url), scheme.as_deref() == Some("amqps"))?;
+            .check_scheme(scheme.as_deref() == Some("amqps"))
+            .map_err(|reason| Error::InvalidUrl {
+                url: crate::redact_url(url),
+                reason: reason.to_owned(),
+            })?;
         let backend = match scheme.as_deref() {
             Some("memory") => Backend::Memory(memory::MemoryClient::connect(url, &options)?),
             #[cfg(feature = "amqp")]

@@ -13,7 +13,6 @@ use redis::{
 
 use super::{RedisErrorKind, RedisOptions};
 use crate::Error;
-use crate::transport::TlsOptions;
 
 /// Idle waiting connections kept for reuse; more are opened while more callers wait at once.
 const IDLE_WAITERS: usize = 16;
@@ -47,16 +46,13 @@ impl Connection {
         }
         options
             .tls
-            .check_scheme(&shown, url.starts_with("rediss://"))
-            .map_err(|error| Error::UnsupportedUrl {
+            .check_scheme(url.starts_with("rediss://"))
+            .map_err(|reason| Error::UnsupportedUrl {
                 url: shown.to_string(),
-                reason: match error {
-                    polyq_amqp::Error::InvalidUrl { reason, .. } => reason,
-                    other => other.to_string(),
-                },
+                reason: reason.to_owned(),
             })?;
         let tls = &options.tls;
-        let client = if *tls == TlsOptions::default() {
+        let client = if !tls.is_set() {
             Client::open(url)
         } else {
             Client::build_with_tls(
