@@ -55,6 +55,13 @@ async fn a_service_publishes_and_consumes_over_tls_with_a_client_certificate() {
     assert_eq!(received, "over TLS");
     assert!(consumer.drain(LIMIT).await.is_clean());
     assert_eq!(proxy.sessions(), 1, "one TLS session carried the service");
-    mq.client().delete_queue(&queue).await.expect("delete");
+    // The consumer declared its dead-letter and parking queues beside the queue.
+    for name in [
+        queue.clone(),
+        format!("{queue}.dlq"),
+        format!("{queue}.parked"),
+    ] {
+        mq.client().delete_queue(&name).await.expect("delete");
+    }
     mq.close().await.expect("close");
 }
