@@ -166,11 +166,7 @@ async fn a_paused_consumer_stays_paused_through_a_reconnect() {
     consumer.pause().await;
 
     let mut health = mq.client().health_watch();
-    let closed = tokio::task::spawn_blocking(move || {
-        polyq_testkit::rabbitmq::close_connections_named(&connection_name)
-    })
-    .await
-    .unwrap();
+    let closed = polyq_testkit::rabbitmq::close_connections_named(&connection_name).await;
     assert_eq!(closed, 1);
     timeout(
         LIMIT,

@@ -1,8 +1,6 @@
-//! On RabbitMQ: consumers and publishers carry on after `rabbitmqctl close_all_connections`.
-//!
-//! Closing every connection affects every test connected at that moment, so this binary holds
-//! only connection-killing tests and runs them one at a time ([`SERIAL`]); cargo runs test
-//! binaries one after another.
+//! On RabbitMQ: consumers and publishers carry on after the broker closes their connection, as
+//! an operator's `rabbitmqctl close_connection` does. Only the test's own, uniquely named
+//! connection is closed, so tests running at the same time are not touched.
 
 mod common;
 
@@ -11,29 +9,14 @@ use std::time::Duration;
 use acemq::{AceMq, Message};
 use common::LIMIT;
 use polyq_amqp::QueueSpec;
-use tokio::sync::{Mutex, mpsc};
-
-static SERIAL: Mutex<()> = Mutex::const_new(());
-
-async fn close_all_connections() {
-    let output = tokio::process::Command::new("rabbitmqctl")
-        .args(["close_all_connections", "acemq runtime recovery test"])
-        .output()
-        .await
-        .expect("rabbitmqctl runs (it is installed with the broker)");
-    assert!(
-        output.status.success(),
-        "rabbitmqctl close_all_connections failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
+use tokio::sync::mpsc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn consumers_resume_after_close_all_connections() {
-    let _serial = SERIAL.lock().await;
+async fn consumers_resume_after_the_broker_closes_the_connection() {
+    let client_name = polyq_testkit::unique_name("acemq-recovery-test");
     let mq = AceMq::builder()
         .url(polyq_testkit::amqp_url())
-        .client_name("acemq-recovery-test")
+        .client_name(client_name.as_str())
         .recovery_wait(Duration::from_secs(30))
         .connect()
         .await
@@ -60,7 +43,8 @@ async fn consumers_resume_after_close_all_connections() {
         Some(1)
     );
 
-    close_all_connections().await;
+    let closed = polyq_testkit::rabbitmq::close_connections_named(&client_name).await;
+    assert_eq!(closed, 1, "the broker closed the service's one connection");
 
     // The publish waits for the recovered connection; the re-created consumer handles it.
     // A publish whose confirm was lost with the connection is sent again.

@@ -80,11 +80,7 @@ async fn rabbitmq_reports_a_lost_connection_and_its_recovery() {
         Some(Health::Up { generation: 0, .. })
     ));
 
-    let closed = tokio::task::spawn_blocking(move || {
-        polyq_testkit::rabbitmq::close_connections_named(&name)
-    })
-    .await
-    .expect("rabbitmqctl ran");
+    let closed = polyq_testkit::rabbitmq::close_connections_named(&name).await;
     assert_eq!(closed, 1, "the client's one connection was closed");
     wait_for(&mut health, "recovering", |h| {
         matches!(h, Health::Recovering { .. })

@@ -103,7 +103,7 @@ async fn health_follows_a_lost_connection_through_recovery_to_close() {
     let mut watch = client.health_watch();
 
     user.change_password("not-the-password");
-    assert_eq!(close_connections_named(&connection_name), 1);
+    assert_eq!(close_connections_named(&connection_name).await, 1);
     let recovering = health_until(
         &mut watch,
         "recovering after a failed attempt",

@@ -1,13 +1,11 @@
 //! Recovery of the `amqp://` client: consumers and publishers carry on through a broker-side
-//! close of every connection, a delivery from before the failure cannot be settled on the new
+//! close of the connection, a delivery from before the failure cannot be settled on the new
 //! channel, a publish during an outage waits for the connection (up to its bound), and publishes
 //! whose frames were still queued when the connection went down are sent again.
 //!
-//! `rabbitmqctl close_all_connections` closes every connection of the vhost, including those of
-//! tests running in parallel elsewhere. All connection-killing tests live in this one test
-//! binary and take [`SERIAL`] first, so they never overlap each other; cargo runs test binaries
-//! one after another, so other binaries only overlap when run concurrently by hand. Outages that
-//! must last a while go through a local TCP proxy instead, which affects this client only.
+//! Every failure here is the test's own: the broker closes only the connection the test named
+//! uniquely, and outages that must last a while go through a local TCP proxy. Tests running at
+//! the same time, in this process or another (nextest), are not touched.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -25,11 +23,8 @@ use polyq_testkit::{amqp_url, unique_name};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Mutex, broadcast, watch};
+use tokio::sync::{broadcast, watch};
 use tokio::time::timeout;
-
-/// Serialises the tests of this binary: each of them breaks connections.
-static SERIAL: Mutex<()> = Mutex::const_new(());
 
 /// Upper bound for anything awaited here; reaching it fails the test.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -85,19 +80,6 @@ async fn next_delivery(consumer: &mut Consumer) -> Delivery {
 async fn remove_and_close(client: Client, queue: &str) {
     client.delete_queue(queue).await.expect("deletes the queue");
     client.close().await.expect("closes");
-}
-
-async fn close_all_connections() {
-    let output = tokio::process::Command::new("rabbitmqctl")
-        .args(["close_all_connections", "polyq recovery test"])
-        .output()
-        .await
-        .expect("rabbitmqctl runs (it is installed with the broker)");
-    assert!(
-        output.status.success(),
-        "rabbitmqctl close_all_connections failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// What the publisher task confirmed, shared with the test body.
@@ -160,11 +142,11 @@ async fn publish_until_stopped(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn consumer_and_publisher_carry_on_through_close_all_connections() {
-    let _serial = SERIAL.lock().await;
+async fn consumer_and_publisher_carry_on_through_a_broker_side_close() {
     let url = amqp_url();
     let queue = unique_name("polyq.recovery.close-all");
-    let client = Client::connect_with(&url, options())
+    let connection_name = unique_name("polyq-recovery-test");
+    let client = Client::connect_with(&url, options().connection_name(connection_name.as_str()))
         .await
         .expect("connects");
     client
@@ -235,7 +217,11 @@ async fn consumer_and_publisher_carry_on_through_close_all_connections() {
         .await
         .expect("200 confirms in time")
         .expect("publisher alive");
-    close_all_connections().await;
+    assert_eq!(
+        polyq_testkit::rabbitmq::close_connections_named(&connection_name).await,
+        1,
+        "the broker closed the test's one connection"
+    );
 
     // The broker requeued `before` when its channel died and the re-created consumer got it
     // again; the old delivery must not be settled on the new channel.
@@ -445,7 +431,6 @@ async fn proxied_client(recovery_wait: Duration) -> (Proxy, Client, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_during_an_outage_waits_for_the_connection() {
-    let _serial = SERIAL.lock().await;
     let (mut proxy, client, queue) = proxied_client(Duration::from_secs(30)).await;
 
     proxy.cut();
@@ -487,7 +472,6 @@ async fn publish_during_an_outage_waits_for_the_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_caught_unwritten_by_a_lost_connection_are_sent_again() {
     const MESSAGES: usize = 600;
-    let _serial = SERIAL.lock().await;
     let (proxy, client, queue) = proxied_client(Duration::from_secs(30)).await;
     // 64 KiB each: the sockets' buffers (a few MB) hold a small part of them, lapin the rest.
     let body = "x".repeat(64 * 1024);
@@ -532,7 +516,6 @@ async fn publishes_caught_unwritten_by_a_lost_connection_are_sent_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_during_a_long_outage_fails_unavailable_after_the_bound() {
-    let _serial = SERIAL.lock().await;
     let (mut proxy, client, queue) = proxied_client(Duration::from_millis(300)).await;
 
     proxy.cut();
@@ -573,7 +556,6 @@ async fn publish_during_a_long_outage_fails_unavailable_after_the_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn channel_errors_leave_the_client_usable() {
-    let _serial = SERIAL.lock().await;
     let (client, queue) =
         client_with_queue(&amqp_url(), options(), "polyq.recovery.channel-errors").await;
     let missing = unique_name("polyq.recovery.missing");
@@ -642,7 +624,6 @@ async fn channel_errors_leave_the_client_usable() {
 /// `QueueLost`; one that outlives the connection is consumed again under its name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_named_queue_lost_with_the_connection_ends_its_consumer() {
-    let _serial = SERIAL.lock().await;
     let (proxy, client, queue) = proxied_client(Duration::from_secs(30)).await;
     let mut exclusive = QueueSpec::new("");
     (

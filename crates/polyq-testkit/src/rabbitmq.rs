@@ -28,7 +28,15 @@ pub fn rabbitmqctl(args: &[&str]) -> String {
 ///
 /// RabbitMQ lists a new connection a moment after the client has it, later still on a loaded
 /// machine, so the listing is repeated until the name shows up, for up to ten seconds.
-pub fn close_connections_named(connection_name: &str) -> usize {
+pub async fn close_connections_named(connection_name: &str) -> usize {
+    let connection_name = connection_name.to_owned();
+    // rabbitmqctl is run and waited for off the runtime's worker threads.
+    tokio::task::spawn_blocking(move || close_named(&connection_name))
+        .await
+        .expect("rabbitmqctl ran")
+}
+
+fn close_named(connection_name: &str) -> usize {
     // rabbitmqctl prints client properties as `{"connection_name","<name>"}`.
     let wanted = format!("{{\"connection_name\",\"{connection_name}\"}}");
     let deadline = Instant::now() + Duration::from_secs(10);
