@@ -64,6 +64,8 @@ async fn job_round_trip(queue: &BabelQueue) {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_redis_server_that_speaks_only_tls_and_verifies_clients_carries_jobs() {
+    use babelqueue::transport::ConnectOptions;
+    use babelqueue::transport::redis::RedisOptions;
     use polyq_testkit::tls::RedisTlsServer;
 
     let pki = TestPki::new();
@@ -75,6 +77,22 @@ async fn a_redis_server_that_speaks_only_tls_and_verifies_clients_carries_jobs()
         .await
         .expect("connects with the authority trusted and a client certificate");
     job_round_trip(&worker).await;
+
+    // TLS given before Redis options that carry none still applies.
+    let options = ConnectOptions::default()
+        .tls(with_client_certificate(&pki))
+        .redis(RedisOptions::new().prefetch(10));
+    let later = tokio::time::timeout(
+        Duration::from_secs(30),
+        BabelQueue::builder(&url)
+            .queue(&queue)
+            .options(options)
+            .connect(),
+    )
+    .await
+    .expect("connecting ends within 30 s")
+    .expect("connects with the TLS given first");
+    job_round_trip(&later).await;
 
     // Refused: the server's authority not trusted (the system's roots only), then no client
     // certificate for a server that requires one.

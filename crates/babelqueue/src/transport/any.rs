@@ -34,6 +34,9 @@ pub struct ConnectOptions {
     /// Options of `redis://` and `rediss://` (both layouts).
     #[cfg(feature = "redis")]
     pub redis: RedisOptions,
+    /// TLS of `amqps://` and `rediss://`, for whichever the URL names. When set, it is used
+    /// instead of the TLS settings inside `amqp` and `redis`. Default: not set.
+    pub tls: TlsOptions,
 }
 
 impl ConnectOptions {
@@ -49,14 +52,10 @@ impl ConnectOptions {
         self
     }
 
-    /// Sets the TLS settings of `amqps://` and `rediss://` (see [`TlsOptions`]);
-    /// call it after [`ConnectOptions::redis`], which replaces the Redis options whole.
+    /// Sets the TLS settings of `amqps://` and `rediss://` (see [`TlsOptions`]); they win over
+    /// those inside the AMQP and Redis options, whatever the order of the calls.
     pub fn tls(mut self, tls: TlsOptions) -> Self {
-        #[cfg(feature = "redis")]
-        {
-            self.redis = self.redis.tls(tls.clone());
-        }
-        self.amqp.tls = tls;
+        self.tls = tls;
         self
     }
 
@@ -123,18 +122,31 @@ impl AnyTransport {
             .map(|(scheme, _)| scheme.to_ascii_lowercase())
             .unwrap_or_default();
         match scheme.as_str() {
-            "memory" | "amqp" | "amqps" => Ok(AnyTransport::Amqp(
-                AmqpTransport::connect_with(url, options.amqp).await?,
-            )),
+            "memory" | "amqp" | "amqps" => {
+                let mut amqp = options.amqp;
+                if options.tls.is_set() {
+                    amqp.tls = options.tls;
+                }
+                Ok(AnyTransport::Amqp(
+                    AmqpTransport::connect_with(url, amqp).await?,
+                ))
+            }
             #[cfg(feature = "redis")]
-            "redis" | "rediss" => Ok(match options.redis_layout {
-                RedisLayout::Default => {
-                    AnyTransport::Redis(RedisTransport::connect(url, options.redis).await?)
-                }
-                RedisLayout::Laravel => {
-                    AnyTransport::Laravel(LaravelTransport::connect(url, options.redis).await?)
-                }
-            }),
+            "redis" | "rediss" => {
+                let redis = if options.tls.is_set() {
+                    options.redis.tls(options.tls)
+                } else {
+                    options.redis
+                };
+                Ok(match options.redis_layout {
+                    RedisLayout::Default => {
+                        AnyTransport::Redis(RedisTransport::connect(url, redis).await?)
+                    }
+                    RedisLayout::Laravel => {
+                        AnyTransport::Laravel(LaravelTransport::connect(url, redis).await?)
+                    }
+                })
+            }
             _ => Err(Error::UnsupportedUrl {
                 url: polyq_amqp::redact_url(url),
                 reason: if cfg!(feature = "redis") {
