@@ -1,5 +1,6 @@
 //! Redrive (reference §4.6) on the embedded broker and on RabbitMQ; a dead-letter queue many
-//! windows long, and a window whose publishes are refused, also on Redis, in both layouts.
+//! windows long, and a window whose publishes are refused, also on Redis, in both layouts; and
+//! acknowledgements that fail after their copies were published.
 
 mod runtime_support;
 
@@ -604,4 +605,85 @@ async fn a_failed_window_reports_what_it_settled(url: &str, options: ConnectOpti
         }
     }
     delete(&transport, &name, &[&dlq, &refused]).await;
+}
+
+/// Acknowledgements refused after the copies were published, on the AMQP bindings (whose
+/// unacknowledged originals come back when their connection closes).
+mod failed_ack {
+    use super::an_ack_failing_after_its_publish_loses_nothing;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory() {
+        an_ack_failing_after_its_publish_loses_nothing(&crate::runtime_support::memory_url()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rabbitmq() {
+        an_ack_failing_after_its_publish_loses_nothing(&polyq_testkit::amqp_url()).await;
+    }
+}
+
+/// How many messages the failed-acknowledgement scenario dead-letters (one undecodable).
+const UNACKED: usize = 10;
+
+async fn an_ack_failing_after_its_publish_loses_nothing(url: &str) {
+    let name = polyq_testkit::unique_name("bq-rt-ack");
+    let dlq = format!("{name}.dlq");
+    let first = AnyTransport::connect(url, ConnectOptions::default())
+        .await
+        .unwrap();
+    let written = fill_dead_letter_queue(&first, &dlq, UNACKED, |_| name.clone()).await;
+    let decodable: Vec<usize> = (0..UNACKED).filter(|&n| Written::decodable(n)).collect();
+    assert_eq!(decodable.len(), UNACKED - 1);
+    let refusing = Refusing {
+        ack: true,
+        ..Refusing::new(first.clone())
+    };
+    let options = RedriveOptions::new().wait(WAIT).window(UNACKED);
+
+    let failed = babelqueue::redrive::redrive(&refusing, &dlq, &options).await;
+    let Err(babelqueue::Error::Redrive { report, source, .. }) = failed else {
+        panic!("expected a stopped redrive, got {failed:?}");
+    };
+    assert!(
+        matches!(&*source, babelqueue::Error::NotPublished { queue, .. } if queue == "ack"),
+        "{source:?}"
+    );
+    // Each copy went out, so the report says so, and names the message as failed.
+    let all: Vec<usize> = (0..UNACKED).collect();
+    assert_eq!(item_ids(&report), ids_of(&written, &all), "in order");
+    for (n, item) in report.items.iter().enumerate() {
+        if Written::decodable(n) {
+            assert_eq!(item.action, RedriveAction::Failed, "message {n}");
+            assert!(item.redriven, "message {n}: its copy was published");
+        } else {
+            assert_eq!(item.action, RedriveAction::Undecodable, "message {n}");
+        }
+    }
+    assert_eq!(report.failed, UNACKED - 1);
+
+    // The originals were never acknowledged: closing their connection gives them back, so
+    // every message is still on the dead-letter queue beside its copy.
+    let AnyTransport::Amqp(amqp) = &first else {
+        panic!("an AMQP binding");
+    };
+    amqp.client().close().await.unwrap();
+    let second = AnyTransport::connect(url, ConnectOptions::default())
+        .await
+        .unwrap();
+    let mut copies = redriven_ns(&second, &name, decodable.len()).await;
+    copies.sort_unstable();
+    assert_eq!(copies, decodable);
+
+    // A later redrive redrives them again: at least once, never lost.
+    let report = babelqueue::redrive::redrive(&second, &dlq, &options)
+        .await
+        .unwrap();
+    assert_eq!((report.redriven, report.skipped), (UNACKED - 1, 1));
+    let mut again = redriven_ns(&second, &name, decodable.len()).await;
+    again.sort_unstable();
+    assert_eq!(again, decodable);
+    let left = take_exactly(&second, &dlq, 1).await;
+    assert_eq!(left[0].body, written[7].body, "the undecodable one stays");
+    delete(&second, &name, &[&dlq]).await;
 }
