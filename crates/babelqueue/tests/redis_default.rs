@@ -530,3 +530,34 @@ async fn a_prefetched_message_held_too_long_goes_back_instead_of_out() {
     let queue = f.queue.clone();
     assert_eq!(f.list(&queue).await, vec![b"a".to_vec()]);
 }
+
+#[tokio::test]
+async fn moving_many_to_the_end_keeps_their_order_and_reports_each() {
+    let mut f = fixture(RedisOptions::new()).await;
+    let headers = vec![("traceparent".to_owned(), "00-abc-def-01".to_owned())];
+    for n in 0..4 {
+        f.transport
+            .publish(&f.queue, Bytes::from(format!("{{\"n\":{n}}}")), &headers)
+            .await
+            .unwrap();
+    }
+    let queue = f.queue.clone();
+    let stored = f.list(&queue).await;
+    let taken = [f.reserve().await, f.reserve().await, f.reserve().await];
+    // The second is no longer held when the three are moved.
+    f.transport.ack(&taken[1].receipt).await.unwrap();
+    let receipts: Vec<_> = taken.iter().map(|job| &job.receipt).collect();
+    let mut moved = f.transport.move_all_to_end(&receipts).await.into_iter();
+    assert!(moved.next().unwrap().is_ok());
+    assert_eq!(kind(moved.next().unwrap()), RedisErrorKind::ReservationLost);
+    assert!(moved.next().unwrap().is_ok());
+    assert!(moved.next().is_none());
+    // Behind the one never taken, in their order, stored exactly as before.
+    assert_eq!(
+        f.list(&queue).await,
+        vec![stored[3].clone(), stored[0].clone(), stored[2].clone()]
+    );
+    assert!(f.list(&f.transport.processing_key(&queue)).await.is_empty());
+    assert!(f.deadlines().await.is_empty());
+    assert!(f.transport.move_all_to_end(&[]).await.is_empty());
+}

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{RedisOptions, deadline_score, reserve_within, scripts};
 use crate::projection::{frame, unframe};
-use crate::transport::{Capabilities, Headers, Reserved, Transport};
+use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_end};
 
 /// The default Redis layout: the one every BabelQueue SDK shares, keys named after the queue
 /// verbatim.
@@ -405,6 +405,47 @@ impl Transport for RedisTransport {
     /// A release: this layout always releases to the end of the queue, frame and all.
     async fn move_to_end(&self, receipt: &RedisReceipt) -> crate::Result<()> {
         self.release(receipt, Duration::ZERO).await
+    }
+
+    /// Reservations of one queue move in one script run, in order; others one at a time.
+    async fn move_all_to_end(&self, receipts: &[&RedisReceipt]) -> Vec<crate::Result<()>> {
+        let Some(queue) = receipts.first().map(|receipt| receipt.queue.as_str()) else {
+            return Vec::new();
+        };
+        if receipts.iter().any(|receipt| receipt.queue != queue) {
+            return move_each_to_end(self, receipts).await;
+        }
+        let operation = || {
+            format!(
+                "move {} reservations of {queue:?} to its end",
+                receipts.len()
+            )
+        };
+        let mut settle = scripts::SETTLE_ALL_TO_END.prepare_invoke();
+        settle
+            .key(self.processing_key(queue))
+            .key(self.deadlines_key(queue))
+            .key(queue);
+        for receipt in receipts {
+            settle.arg(&receipt.token).arg(&receipt.stored[..]);
+        }
+        match self
+            .inner
+            .connection
+            .invoke::<Vec<i64>>(&settle, operation)
+            .await
+        {
+            Ok(moved) if moved.len() == receipts.len() => moved
+                .into_iter()
+                .map(|moved| match moved {
+                    1 => Ok(()),
+                    _ => Err(self.inner.connection.lost(operation())),
+                })
+                .collect(),
+            // The script runs whole or not at all: one at a time, each reservation then says
+            // for itself whether it is still held.
+            _ => move_each_to_end(self, receipts).await,
+        }
     }
 
     /// `LLEN <queue>`.

@@ -69,6 +69,29 @@ return 1
     )
 });
 
+/// Default layout, move to the end in bulk: [`SETTLE`] pushing to the tail of the queue, for
+/// many reservations of one queue in one round trip, in the order given.
+///
+/// KEYS: processing list, deadline set, the queue. ARGV: token and stored value of each
+/// reservation, in pairs. Returns, per reservation, 1 when it moved, 0 when it touched nothing.
+pub(super) static SETTLE_ALL_TO_END: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local moved = {}
+for i = 1, #ARGV, 2 do
+    if redis.call('zrem', KEYS[2], ARGV[i] .. ':' .. ARGV[i + 1]) == 0 then
+        moved[#moved + 1] = 0
+    else
+        redis.call('rpush', KEYS[3], ARGV[i + 1])
+        redis.call('lrem', KEYS[1], 1, ARGV[i + 1])
+        moved[#moved + 1] = 1
+    end
+end
+return moved
+",
+    )
+});
+
 /// Laravel layout, push: the job and one wake-up token.
 ///
 /// KEYS: ready list, notify list. ARGV: the job.
