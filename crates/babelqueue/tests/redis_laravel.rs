@@ -378,3 +378,38 @@ async fn depth_counts_what_a_pop_would_take_including_due_releases_but_not_later
         .unwrap();
     assert_eq!(f.transport.depth(&f.queue).await.unwrap(), 2);
 }
+
+#[tokio::test]
+async fn moving_many_to_the_end_keeps_their_order_and_reports_each() {
+    let mut f = fixture(RedisOptions::new()).await;
+    for n in 0..4 {
+        f.publish(envelope(json!({ "n": n }))).await;
+    }
+    let queued = f.list("").await;
+    let taken = [f.reserve().await, f.reserve().await, f.reserve().await];
+    // The second is no longer held when the three are moved.
+    f.transport.ack(&taken[1].receipt).await.unwrap();
+    let receipts: Vec<_> = taken.iter().map(|job| &job.receipt).collect();
+    let mut moved = f.transport.move_all_to_end(&receipts).await.into_iter();
+    assert!(moved.next().unwrap().is_ok());
+    assert_eq!(kind(moved.next().unwrap()), RedisErrorKind::ReservationLost);
+    assert!(moved.next().unwrap().is_ok());
+    assert!(moved.next().is_none());
+    // Behind the one never taken, in their order, as they were queued, each with its token.
+    assert_eq!(
+        f.list("").await,
+        vec![queued[3].clone(), queued[0].clone(), queued[2].clone()]
+    );
+    assert!(f.zset(":reserved").await.is_empty());
+    let notify = f.list(":notify").await.len();
+    let again = [f.reserve().await, f.reserve().await, f.reserve().await];
+    assert_eq!(
+        again
+            .iter()
+            .map(|job| job.body.to_vec())
+            .collect::<Vec<_>>(),
+        vec![queued[3].clone(), queued[0].clone(), queued[2].clone()]
+    );
+    assert!(notify >= 2, "a wake-up token for each job moved: {notify}");
+    assert!(f.transport.move_all_to_end(&[]).await.is_empty());
+}

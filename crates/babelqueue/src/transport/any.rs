@@ -270,24 +270,39 @@ impl Transport for AnyTransport {
         )
     }
 
-    // Without the `redis` feature the AMQP binding is the only one.
-    #[allow(irrefutable_let_patterns)]
+    /// The binding's own bulk move when every receipt is its own; one at a time otherwise (a
+    /// foreign receipt is then refused by `move_to_end`).
     async fn move_all_to_end(&self, receipts: &[&AnyReceipt]) -> Vec<Result<()>> {
-        if let AnyTransport::Amqp(amqp) = self {
-            let own: Option<Vec<&AmqpReceipt>> = receipts
-                .iter()
-                .map(|receipt| match receipt {
-                    AnyReceipt::Amqp(receipt) => Some(receipt),
-                    #[allow(unreachable_patterns)]
-                    _ => None,
-                })
-                .collect();
-            if let Some(own) = own {
-                return amqp.move_all_to_end(&own).await;
-            }
+        let moved = match self {
+            AnyTransport::Amqp(amqp) => match own(receipts, |receipt| match receipt {
+                AnyReceipt::Amqp(receipt) => Some(receipt),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            }) {
+                Some(own) => Some(amqp.move_all_to_end(&own).await),
+                None => None,
+            },
+            #[cfg(feature = "redis")]
+            AnyTransport::Redis(redis) => match own(receipts, |receipt| match receipt {
+                AnyReceipt::Redis(receipt) => Some(receipt),
+                _ => None,
+            }) {
+                Some(own) => Some(redis.move_all_to_end(&own).await),
+                None => None,
+            },
+            #[cfg(feature = "redis")]
+            AnyTransport::Laravel(laravel) => match own(receipts, |receipt| match receipt {
+                AnyReceipt::Laravel(receipt) => Some(receipt),
+                _ => None,
+            }) {
+                Some(own) => Some(laravel.move_all_to_end(&own).await),
+                None => None,
+            },
+        };
+        match moved {
+            Some(moved) => moved,
+            None => move_each_to_end(self, receipts).await,
         }
-        // Redis moves are one script each, and a foreign receipt is refused by `move_to_end`.
-        move_each_to_end(self, receipts).await
     }
 
     async fn depth(&self, queue: &str) -> Result<u64> {
@@ -322,4 +337,12 @@ impl Transport for AnyTransport {
     async fn unsubscribe(&self, queue: &str) -> Result<()> {
         with_binding!(self, |t| t.unsubscribe(queue).await)
     }
+}
+
+/// The receipts as one binding's own, when every one of them is.
+fn own<'a, R>(
+    receipts: &[&'a AnyReceipt],
+    pick: impl Fn(&'a AnyReceipt) -> Option<&'a R>,
+) -> Option<Vec<&'a R>> {
+    receipts.iter().map(|receipt| pick(receipt)).collect()
 }

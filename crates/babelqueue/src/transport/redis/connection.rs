@@ -125,6 +125,28 @@ impl Connection {
             .map_err(|error| self.failed(operation(), &error))
     }
 
+    /// Runs a script that settles `count` reservations and answers, for each in order, 1 when
+    /// it settled and 0 when it touched nothing. `None` when the script did not answer (it runs
+    /// whole or not at all): the caller then settles one at a time, each reservation saying for
+    /// itself whether it is still held.
+    pub(super) async fn settle_each(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        count: usize,
+        operation: impl Fn() -> String,
+    ) -> Option<Vec<crate::Result<()>>> {
+        let settled: Vec<i64> = self.invoke(invocation, &operation).await.ok()?;
+        (settled.len() == count).then(|| {
+            settled
+                .into_iter()
+                .map(|settled| match settled {
+                    1 => Ok(()),
+                    _ => Err(self.lost(operation())),
+                })
+                .collect()
+        })
+    }
+
     /// Runs a command on the command connection.
     pub(super) async fn query<T: FromRedisValue>(
         &self,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
-use super::{RedisOptions, deadline_score, reserve_within, scripts};
+use super::{RedisOptions, deadline_score, one_queue, reserve_within, scripts};
 use crate::projection::{frame, unframe};
 use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_end};
 
@@ -409,17 +409,8 @@ impl Transport for RedisTransport {
 
     /// Reservations of one queue move in one script run, in order; others one at a time.
     async fn move_all_to_end(&self, receipts: &[&RedisReceipt]) -> Vec<crate::Result<()>> {
-        let Some(queue) = receipts.first().map(|receipt| receipt.queue.as_str()) else {
-            return Vec::new();
-        };
-        if receipts.iter().any(|receipt| receipt.queue != queue) {
+        let Some(queue) = one_queue(receipts.iter().map(|receipt| receipt.queue.as_str())) else {
             return move_each_to_end(self, receipts).await;
-        }
-        let operation = || {
-            format!(
-                "move {} reservations of {queue:?} to its end",
-                receipts.len()
-            )
         };
         let mut settle = scripts::SETTLE_ALL_TO_END.prepare_invoke();
         settle
@@ -429,22 +420,20 @@ impl Transport for RedisTransport {
         for receipt in receipts {
             settle.arg(&receipt.token).arg(&receipt.stored[..]);
         }
+        let operation = || {
+            format!(
+                "move {} reservations of {queue:?} to its end",
+                receipts.len()
+            )
+        };
         match self
             .inner
             .connection
-            .invoke::<Vec<i64>>(&settle, operation)
+            .settle_each(&settle, receipts.len(), operation)
             .await
         {
-            Ok(moved) if moved.len() == receipts.len() => moved
-                .into_iter()
-                .map(|moved| match moved {
-                    1 => Ok(()),
-                    _ => Err(self.inner.connection.lost(operation())),
-                })
-                .collect(),
-            // The script runs whole or not at all: one at a time, each reservation then says
-            // for itself whether it is still held.
-            _ => move_each_to_end(self, receipts).await,
+            Some(moved) => moved,
+            None => move_each_to_end(self, receipts).await,
         }
     }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
-use super::{RedisOptions, deadline_score, reserve_within, scripts, whole_seconds_up};
-use crate::transport::{Capabilities, Reserved, Transport};
+use super::{RedisOptions, deadline_score, one_queue, reserve_within, scripts, whole_seconds_up};
+use crate::transport::{Capabilities, Reserved, Transport, move_each_to_end};
 
 /// Laravel's Redis queue layout, keys under a prefix (default `queues:`):
 ///
@@ -344,6 +344,36 @@ impl Transport for LaravelTransport {
             format!("move a reservation of {:?} to its end", receipt.queue)
         })
         .await
+    }
+
+    /// Reservations of one queue move in one script run, in order; others one at a time.
+    async fn move_all_to_end(&self, receipts: &[&LaravelReceipt]) -> Vec<crate::Result<()>> {
+        let Some(queue) = one_queue(receipts.iter().map(|receipt| receipt.queue.as_str())) else {
+            return move_each_to_end(self, receipts).await;
+        };
+        let target = self.key(queue);
+        let mut push = scripts::LARAVEL_SETTLE_PUSH_ALL.prepare_invoke();
+        push.key(format!("{target}:reserved"))
+            .key(&target)
+            .key(format!("{target}:notify"));
+        for receipt in receipts {
+            push.arg(&receipt.reserved[..]).arg(&receipt.job[..]);
+        }
+        let operation = || {
+            format!(
+                "move {} reservations of {queue:?} to its end",
+                receipts.len()
+            )
+        };
+        match self
+            .inner
+            .connection
+            .settle_each(&push, receipts.len(), operation)
+            .await
+        {
+            Some(moved) => moved,
+            None => move_each_to_end(self, receipts).await,
+        }
     }
 
     /// `LLEN` of the ready list.

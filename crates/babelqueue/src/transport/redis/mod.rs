@@ -254,6 +254,12 @@ where
     }
 }
 
+/// The queue every receipt was reserved from, when there are some and they share one.
+fn one_queue<'a>(mut queues: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let first = queues.next()?;
+    queues.all(|queue| queue == first).then_some(first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -192,3 +192,26 @@ return 1
 ",
     )
 });
+
+/// Laravel layout, move to the end in bulk: [`LARAVEL_SETTLE_PUSH`] to the reservations' own
+/// ready list, for many reservations of one queue in one round trip, in the order given.
+///
+/// KEYS: reserved set, ready list, its notify list. ARGV: reserved member and job of each
+/// reservation, in pairs. Returns, per reservation, 1 when it moved, 0 when it touched nothing.
+pub(super) static LARAVEL_SETTLE_PUSH_ALL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local moved = {}
+for i = 1, #ARGV, 2 do
+    if redis.call('zrem', KEYS[1], ARGV[i]) == 0 then
+        moved[#moved + 1] = 0
+    else
+        redis.call('rpush', KEYS[2], ARGV[i + 1])
+        redis.call('rpush', KEYS[3], 1)
+        moved[#moved + 1] = 1
+    end
+end
+return moved
+",
+    )
+});
