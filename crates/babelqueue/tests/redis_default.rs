@@ -12,7 +12,9 @@ use babelqueue::transport::{Reserved, Transport};
 use babelqueue::{Error, projection};
 use bytes::Bytes;
 use redis::AsyncCommands;
-use redis_support::{Keys, NO_WAIT, UPPER_BOUND, kind, nothing_ready, now};
+use redis_support::{
+    Keys, NO_WAIT, UPPER_BOUND, kind, move_three_with_the_second_settled, nothing_ready, now,
+};
 
 struct Fixture {
     queue: String,
@@ -544,14 +546,7 @@ async fn moving_many_to_the_end_keeps_their_order_and_reports_each() {
     let queue = f.queue.clone();
     let stored = f.list(&queue).await;
     let taken = [f.reserve().await, f.reserve().await, f.reserve().await];
-    // The second is no longer held when the three are moved.
-    f.transport.ack(&taken[1].receipt).await.unwrap();
-    let receipts: Vec<_> = taken.iter().map(|job| &job.receipt).collect();
-    let mut moved = f.transport.move_all_to_end(&receipts).await.into_iter();
-    assert!(moved.next().unwrap().is_ok());
-    assert_eq!(kind(moved.next().unwrap()), RedisErrorKind::ReservationLost);
-    assert!(moved.next().unwrap().is_ok());
-    assert!(moved.next().is_none());
+    move_three_with_the_second_settled(&f.transport, &taken).await;
     // Behind the one never taken, in their order, stored exactly as before.
     assert_eq!(
         f.list(&queue).await,
@@ -559,5 +554,4 @@ async fn moving_many_to_the_end_keeps_their_order_and_reports_each() {
     );
     assert!(f.list(&f.transport.processing_key(&queue)).await.is_empty());
     assert!(f.deadlines().await.is_empty());
-    assert!(f.transport.move_all_to_end(&[]).await.is_empty());
 }

@@ -13,7 +13,9 @@ use babelqueue::transport::redis::{LaravelTransport, RedisErrorKind, RedisOption
 use babelqueue::transport::{Reserved, Transport};
 use bytes::Bytes;
 use redis::AsyncCommands;
-use redis_support::{Keys, NO_WAIT, UPPER_BOUND, kind, nothing_ready, now};
+use redis_support::{
+    Keys, NO_WAIT, UPPER_BOUND, kind, move_three_with_the_second_settled, nothing_ready, now,
+};
 use serde_json::json;
 
 struct Fixture {
@@ -387,14 +389,7 @@ async fn moving_many_to_the_end_keeps_their_order_and_reports_each() {
     }
     let queued = f.list("").await;
     let taken = [f.reserve().await, f.reserve().await, f.reserve().await];
-    // The second is no longer held when the three are moved.
-    f.transport.ack(&taken[1].receipt).await.unwrap();
-    let receipts: Vec<_> = taken.iter().map(|job| &job.receipt).collect();
-    let mut moved = f.transport.move_all_to_end(&receipts).await.into_iter();
-    assert!(moved.next().unwrap().is_ok());
-    assert_eq!(kind(moved.next().unwrap()), RedisErrorKind::ReservationLost);
-    assert!(moved.next().unwrap().is_ok());
-    assert!(moved.next().is_none());
+    move_three_with_the_second_settled(&f.transport, &taken).await;
     // Behind the one never taken, in their order, as they were queued, each with its token.
     assert_eq!(
         f.list("").await,
@@ -411,5 +406,4 @@ async fn moving_many_to_the_end_keeps_their_order_and_reports_each() {
         vec![queued[3].clone(), queued[0].clone(), queued[2].clone()]
     );
     assert!(notify >= 2, "a wake-up token for each job moved: {notify}");
-    assert!(f.transport.move_all_to_end(&[]).await.is_empty());
 }

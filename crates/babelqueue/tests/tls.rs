@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
+use babelqueue::BabelQueue;
+#[cfg(feature = "redis")]
+use babelqueue::Error;
 use babelqueue::transport::{AnyTransport, TlsOptions};
-use babelqueue::{BabelQueue, Error};
 use polyq_testkit::tls::{TestPki, TlsProxy, amqps_url_through, rabbitmq_addr};
 use polyq_testkit::unique_name;
 use serde_json::json;

@@ -196,6 +196,50 @@ fn foreign_receipt() -> Error {
     }
 }
 
+/// A binding whose receipts an [`AnyReceipt`] holds.
+trait Binding: Transport {
+    fn own(receipt: &AnyReceipt) -> Option<&Self::Receipt>;
+}
+
+impl Binding for AmqpTransport {
+    fn own(receipt: &AnyReceipt) -> Option<&AmqpReceipt> {
+        match receipt {
+            AnyReceipt::Amqp(receipt) => Some(receipt),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Binding for RedisTransport {
+    fn own(receipt: &AnyReceipt) -> Option<&RedisReceipt> {
+        match receipt {
+            AnyReceipt::Redis(receipt) => Some(receipt),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Binding for LaravelTransport {
+    fn own(receipt: &AnyReceipt) -> Option<&LaravelReceipt> {
+        match receipt {
+            AnyReceipt::Laravel(receipt) => Some(receipt),
+            _ => None,
+        }
+    }
+}
+
+/// `binding`'s own bulk move of `receipts`, when every one of them is its own.
+async fn in_bulk<T: Binding>(binding: &T, receipts: &[&AnyReceipt]) -> Option<Vec<Result<()>>> {
+    let own: Vec<&T::Receipt> = receipts
+        .iter()
+        .map(|receipt| T::own(receipt))
+        .collect::<Option<_>>()?;
+    Some(binding.move_all_to_end(&own).await)
+}
+
 /// Wraps a binding's reservation in the [`AnyReceipt`] variant.
 fn wrap<R>(
     reserved: Option<Reserved<R>>,
@@ -273,33 +317,7 @@ impl Transport for AnyTransport {
     /// The binding's own bulk move when every receipt is its own; one at a time otherwise (a
     /// foreign receipt is then refused by `move_to_end`).
     async fn move_all_to_end(&self, receipts: &[&AnyReceipt]) -> Vec<Result<()>> {
-        let moved = match self {
-            AnyTransport::Amqp(amqp) => match own(receipts, |receipt| match receipt {
-                AnyReceipt::Amqp(receipt) => Some(receipt),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            }) {
-                Some(own) => Some(amqp.move_all_to_end(&own).await),
-                None => None,
-            },
-            #[cfg(feature = "redis")]
-            AnyTransport::Redis(redis) => match own(receipts, |receipt| match receipt {
-                AnyReceipt::Redis(receipt) => Some(receipt),
-                _ => None,
-            }) {
-                Some(own) => Some(redis.move_all_to_end(&own).await),
-                None => None,
-            },
-            #[cfg(feature = "redis")]
-            AnyTransport::Laravel(laravel) => match own(receipts, |receipt| match receipt {
-                AnyReceipt::Laravel(receipt) => Some(receipt),
-                _ => None,
-            }) {
-                Some(own) => Some(laravel.move_all_to_end(&own).await),
-                None => None,
-            },
-        };
-        match moved {
+        match with_binding!(self, |t| in_bulk(t, receipts).await) {
             Some(moved) => moved,
             None => move_each_to_end(self, receipts).await,
         }
@@ -337,12 +355,4 @@ impl Transport for AnyTransport {
     async fn unsubscribe(&self, queue: &str) -> Result<()> {
         with_binding!(self, |t| t.unsubscribe(queue).await)
     }
-}
-
-/// The receipts as one binding's own, when every one of them is.
-fn own<'a, R>(
-    receipts: &[&'a AnyReceipt],
-    pick: impl Fn(&'a AnyReceipt) -> Option<&'a R>,
-) -> Option<Vec<&'a R>> {
-    receipts.iter().map(|receipt| pick(receipt)).collect()
 }

@@ -69,3 +69,19 @@ pub fn kind(result: babelqueue::Result<()>) -> RedisErrorKind {
         other => panic!("expected a Redis error, got {other:?}"),
     }
 }
+
+/// Settles the second of `taken`, moves all three to the end at once and checks the answers:
+/// the first and third moved, the second no longer held; and that moving none is nothing.
+pub async fn move_three_with_the_second_settled<T: Transport>(
+    transport: &T,
+    taken: &[babelqueue::transport::Reserved<T::Receipt>; 3],
+) {
+    transport.ack(&taken[1].receipt).await.unwrap();
+    let receipts: Vec<_> = taken.iter().map(|job| &job.receipt).collect();
+    let mut moved = transport.move_all_to_end(&receipts).await.into_iter();
+    assert!(moved.next().unwrap().is_ok());
+    assert_eq!(kind(moved.next().unwrap()), RedisErrorKind::ReservationLost);
+    assert!(moved.next().unwrap().is_ok());
+    assert!(moved.next().is_none());
+    assert!(transport.move_all_to_end(&[]).await.is_empty());
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
-use super::{RedisOptions, deadline_score, one_queue, reserve_within, scripts};
+use super::{RedisOptions, deadline_score, move_in_one_script, one_queue, reserve_within, scripts};
 use crate::projection::{frame, unframe};
 use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_end};
 
@@ -420,21 +420,7 @@ impl Transport for RedisTransport {
         for receipt in receipts {
             settle.arg(&receipt.token).arg(&receipt.stored[..]);
         }
-        let operation = || {
-            format!(
-                "move {} reservations of {queue:?} to its end",
-                receipts.len()
-            )
-        };
-        match self
-            .inner
-            .connection
-            .settle_each(&settle, receipts.len(), operation)
-            .await
-        {
-            Some(moved) => moved,
-            None => move_each_to_end(self, receipts).await,
-        }
+        move_in_one_script(self, &self.inner.connection, queue, receipts, &settle).await
     }
 
     /// `LLEN <queue>`.

@@ -7,7 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
-use super::{RedisOptions, deadline_score, one_queue, reserve_within, scripts, whole_seconds_up};
+use super::{
+    RedisOptions, deadline_score, move_in_one_script, one_queue, reserve_within, scripts,
+    whole_seconds_up,
+};
 use crate::transport::{Capabilities, Reserved, Transport, move_each_to_end};
 
 /// Laravel's Redis queue layout, keys under a prefix (default `queues:`):
@@ -359,21 +362,7 @@ impl Transport for LaravelTransport {
         for receipt in receipts {
             push.arg(&receipt.reserved[..]).arg(&receipt.job[..]);
         }
-        let operation = || {
-            format!(
-                "move {} reservations of {queue:?} to its end",
-                receipts.len()
-            )
-        };
-        match self
-            .inner
-            .connection
-            .settle_each(&push, receipts.len(), operation)
-            .await
-        {
-            Some(moved) => moved,
-            None => move_each_to_end(self, receipts).await,
-        }
+        move_in_one_script(self, &self.inner.connection, queue, receipts, &push).await
     }
 
     /// `LLEN` of the ready list.

@@ -20,7 +20,7 @@ mod scripts;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
-use crate::transport::TlsOptions;
+use crate::transport::{TlsOptions, Transport, move_each_to_end};
 
 pub use crate::error::RedisErrorKind;
 pub use default_layout::{RedisReceipt, RedisTransport};
@@ -251,6 +251,30 @@ where
             return Ok(None);
         }
         wait_for_work(left.min(block_slice)).await?;
+    }
+}
+
+/// Moves `receipts`, all of `queue`, to its end with `bulk`, one script that answers for each;
+/// one at a time when it does not answer.
+async fn move_in_one_script<T: Transport>(
+    transport: &T,
+    connection: &connection::Connection,
+    queue: &str,
+    receipts: &[&T::Receipt],
+    bulk: &redis::ScriptInvocation<'_>,
+) -> Vec<crate::Result<()>> {
+    let operation = || {
+        format!(
+            "move {} reservations of {queue:?} to its end",
+            receipts.len()
+        )
+    };
+    match connection
+        .settle_each(bulk, receipts.len(), operation)
+        .await
+    {
+        Some(moved) => moved,
+        None => move_each_to_end(transport, receipts).await,
     }
 }
 
