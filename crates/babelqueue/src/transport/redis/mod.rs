@@ -134,10 +134,9 @@ impl RedisOptions {
     /// round trip; the ones not handed out yet wait in this transport, already reserved (their
     /// deadlines running), for the next reserves of the queue. One held longer than half its
     /// deadline is put back at the end of the queue rather than handed out late, and
-    /// [`Transport::unsubscribe`](crate::transport::Transport::unsubscribe) puts all of a
-    /// queue's back at its head, in the order they were in. More than one trades strict round-robin between workers for throughput: a
-    /// worker that reserves one message at a time then makes one round trip per `prefetch`
-    /// messages. Between 1 and 1,000. Default 1: every reserve takes exactly one message, as the
+    /// [`Transport::unsubscribe`] puts all of a queue's back at its head, in the order they were
+    /// in. More than one trades strict round-robin between workers for throughput: a worker that
+    /// reserves one message at a time then makes one round trip per `prefetch` messages. Between 1 and 1,000. Default 1: every reserve takes exactly one message, as the
     /// other SDKs do.
     pub fn prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = prefetch;
