@@ -5,9 +5,10 @@
 //!
 //! `cargo bench -p babelqueue --bench codec` prints criterion's figures, then the ratios measured
 //! side by side in alternating rounds (goal: at most 1.5), beside the floor: the same ratio for
-//! the work every envelope must do and nothing else (`floor_round_trip`). With `POLYQ_PYTHON` set to the peer
-//! virtualenv's interpreter (`scripts/python-peer`), the same run also times the Python SDK's
-//! codec on the same payload (`scripts/bench-python-codec.py`) and prints the speed-up.
+//! the work every envelope must do and nothing else (`floor_round_trip`). With `POLYQ_PYTHON`
+//! set to the peer virtualenv's interpreter (`scripts/python-peer`), the same run also times the
+//! Python SDK's codec on the same payload (`scripts/bench-python-codec.py`) and prints the
+//! speed-up.
 
 use std::hint::black_box;
 use std::time::Instant;

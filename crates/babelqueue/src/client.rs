@@ -90,7 +90,8 @@ impl BabelQueueBuilder {
     }
 
     /// The TLS settings of `amqps://` and `rediss://`: authorities to trust, a client
-    /// certificate (default: the system's roots, none). See [`TlsOptions`](crate::transport::TlsOptions).
+    /// certificate (default: the system's roots, none). See
+    /// [`TlsOptions`](crate::transport::TlsOptions).
     pub fn tls(mut self, tls: crate::transport::TlsOptions) -> Self {
         self.options = self.options.tls(tls);
         self

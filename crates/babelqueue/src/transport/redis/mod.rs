@@ -136,8 +136,8 @@ impl RedisOptions {
     /// deadline is put back at the end of the queue rather than handed out late, and
     /// [`Transport::unsubscribe`] puts all of a queue's back at its head, in the order they were
     /// in. More than one trades strict round-robin between workers for throughput: a worker that
-    /// reserves one message at a time then makes one round trip per `prefetch` messages. Between 1 and 1,000. Default 1: every reserve takes exactly one message, as the
-    /// other SDKs do.
+    /// reserves one message at a time then makes one round trip per `prefetch` messages. Between
+    /// 1 and 1,000. Default 1: every reserve takes exactly one message, as the other SDKs do.
     pub fn prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = prefetch;
         self
