@@ -28,36 +28,23 @@
 //! # Ok::<(), acemq::Error>(())
 //! ```
 
-pub mod codec;
-mod connection;
-pub mod consumer;
-mod engine;
-mod envelope;
+mod contract;
 mod error;
-pub mod headers;
-pub mod interceptor;
-mod itinerary;
-mod lenient;
-#[cfg(feature = "otel")]
-mod otel;
 pub mod patterns;
-pub mod provenance;
-pub mod publisher;
-pub mod retry;
-mod route;
+mod runtime;
 mod runtime_error;
-pub mod telemetry;
-pub mod topology;
-pub mod topology_apply;
-pub mod wire;
 
-pub use connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
-pub use consumer::{Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome};
-pub use envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
+pub use contract::envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
+pub use contract::itinerary::{Itinerary, Stop};
+pub use contract::route::RoutingSlip;
+pub use contract::{codec, headers, provenance, retry, topology, wire};
 pub use error::{Error, Result};
-pub use itinerary::{Itinerary, Stop};
-pub use publisher::{PendingConfirm, Publisher};
-pub use route::RoutingSlip;
+pub use runtime::connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
+pub use runtime::consumer::{
+    Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome,
+};
+pub use runtime::publisher::{PendingConfirm, Publisher};
+pub use runtime::{consumer, interceptor, publisher, telemetry, topology_apply};
 pub use runtime_error::RuntimeError;
 /// The date-time crate of this API ([`time::OffsetDateTime`] for first-seen and replay times).
 pub use time;
