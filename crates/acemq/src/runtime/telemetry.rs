@@ -419,6 +419,7 @@ pub(crate) fn adopt_trace_context(span: &Span, headers: &FieldTable) {
 
 /// The metrics in the Prometheus text format (feature `prometheus`).
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod prometheus {
     pub use metrics_exporter_prometheus::PrometheusHandle;
 
