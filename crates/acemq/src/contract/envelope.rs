@@ -5,9 +5,9 @@ use std::time::Duration;
 use polyq_amqp::{FieldTable, FieldValue};
 use time::OffsetDateTime;
 
+use crate::contract::route::RoutingSlip;
+use crate::contract::{headers, lenient};
 use crate::error::{Error, Result};
-use crate::route::RoutingSlip;
-use crate::{headers, lenient};
 
 /// The type given to a message whose routing key is empty (a fanout publish): there is no such
 /// thing as an empty type.

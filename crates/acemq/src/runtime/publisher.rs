@@ -15,12 +15,13 @@ use polyq_amqp::{OutgoingMessage, Properties, PublishOutcome};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Span;
 
-use crate::codec::{Encode, Json};
-use crate::connection::AceMq;
-use crate::interceptor::PublishContext;
+use crate::Envelope;
+use crate::contract::codec::{Encode, Json};
+use crate::contract::{headers, provenance, wire};
+use crate::runtime::connection::AceMq;
+use crate::runtime::interceptor::PublishContext;
+use crate::runtime::telemetry::{self, PublishMetrics, PublishResult};
 use crate::runtime_error::RuntimeError;
-use crate::telemetry::{self, PublishMetrics, PublishResult};
-use crate::{Envelope, headers, provenance, wire};
 
 /// How long a publish waits for its confirm by default.
 pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);

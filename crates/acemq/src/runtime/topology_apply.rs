@@ -39,8 +39,8 @@
 use polyq_amqp::{Binding, Client, Error as AmqpError, ExchangeSpec, QueueSpec};
 use serde::Serialize;
 
+use crate::contract::topology::TopologyPlan;
 use crate::runtime_error::RuntimeError;
-use crate::topology::TopologyPlan;
 
 /// What kind of object an [`Item`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -1,6 +1,6 @@
 //! Provenance: the origin a publisher stamps, `<client name>@<hostname>`.
 
-use crate::envelope::Envelope;
+use crate::contract::envelope::Envelope;
 
 /// The client name of a connection that was not given one.
 pub const DEFAULT_CLIENT_NAME: &str = "acemq";

@@ -11,11 +11,11 @@ use tokio::sync::Semaphore;
 
 use std::future::Future;
 
-use crate::codec::{Decode, Encode, Json};
-use crate::consumer::{Consumer, ConsumerBuilder, IntoOutcome, Message};
-use crate::interceptor::{ConsumeInterceptor, PublishInterceptor};
-use crate::provenance;
-use crate::publisher::Publisher;
+use crate::contract::codec::{Decode, Encode, Json};
+use crate::contract::provenance;
+use crate::runtime::consumer::{Consumer, ConsumerBuilder, IntoOutcome, Message};
+use crate::runtime::interceptor::{ConsumeInterceptor, PublishInterceptor};
+use crate::runtime::publisher::Publisher;
 use crate::runtime_error::RuntimeError;
 
 /// The URL used when none is configured: the embedded broker.

@@ -6,9 +6,9 @@ use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::envelope::Envelope;
+use crate::contract::envelope::Envelope;
+use crate::contract::{headers, lenient};
 use crate::error::{Error, Result};
-use crate::{headers, lenient};
 
 /// One stop of an itinerary. Empty strings are absent: `name` and `completed_at` are then
 /// left out of the JSON.

@@ -10,7 +10,7 @@ use polyq_amqp::{FieldTable, FieldValue};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::headers;
+use crate::contract::headers;
 
 struct Writer<'a>(&'a mut FieldTable);
 

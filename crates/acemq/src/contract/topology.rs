@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use polyq_amqp::{Binding, ExchangeKind, ExchangeSpec, FieldTable, FieldValue, QueueSpec};
 
+use crate::contract::retry::{RetryPolicy, render_duration};
 use crate::error::{Error, Result};
-use crate::retry::{RetryPolicy, render_duration};
 
 /// Exchange the dead-letter and parking queues are bound to.
 pub const DEAD_LETTER_EXCHANGE: &str = "acemq.dlx";

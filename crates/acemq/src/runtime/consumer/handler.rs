@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::Envelope;
-use crate::interceptor::BoxError;
+use crate::runtime::interceptor::BoxError;
 
 /// A decoded delivery: the payload, its envelope and where it came from.
 #[derive(Debug)]

@@ -404,7 +404,7 @@ pub(crate) fn record_outcome(span: &Span, outcome: &'static str) {
 /// written, as the reference writes `traceparent` only when OpenTelemetry is present).
 pub(crate) fn inject_trace_context(span: &Span, headers: &mut FieldTable) {
     #[cfg(feature = "otel")]
-    crate::otel::inject(span, headers);
+    crate::runtime::otel::inject(span, headers);
     #[cfg(not(feature = "otel"))]
     let _ = (span, headers);
 }
@@ -412,13 +412,14 @@ pub(crate) fn inject_trace_context(span: &Span, headers: &mut FieldTable) {
 /// Makes the W3C trace context in `headers`, if any, the parent of `span` (feature `otel`).
 pub(crate) fn adopt_trace_context(span: &Span, headers: &FieldTable) {
     #[cfg(feature = "otel")]
-    crate::otel::extract(span, headers);
+    crate::runtime::otel::extract(span, headers);
     #[cfg(not(feature = "otel"))]
     let _ = (span, headers);
 }
 
 /// The metrics in the Prometheus text format (feature `prometheus`).
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod prometheus {
     pub use metrics_exporter_prometheus::PrometheusHandle;
 

@@ -12,10 +12,11 @@ use bytes::Bytes;
 use polyq_amqp::{Acker, FieldValue, OutgoingMessage, Properties, PublishOutcome};
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::Shared;
-use crate::retry::{RetryDecision, RetryPolicy, WaitPlace};
-use crate::telemetry::{ConsumeMetrics, ConsumeResult};
-use crate::{Envelope, headers, topology};
+use crate::Envelope;
+use crate::contract::retry::{RetryDecision, RetryPolicy, WaitPlace};
+use crate::contract::{headers, topology};
+use crate::runtime::connection::Shared;
+use crate::runtime::telemetry::{ConsumeMetrics, ConsumeResult};
 
 /// How long a republish waits for its confirm before the delivery is given back.
 const REPUBLISH_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);

@@ -25,13 +25,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use handler::{HandlerError, IntoOutcome, Message, Outcome};
 
-use crate::codec::{Decode, Decoders};
-use crate::connection::AceMq;
-use crate::engine::Engine;
-use crate::retry::RetryPolicy;
+use crate::contract::codec::{Decode, Decoders};
+use crate::contract::retry::RetryPolicy;
+use crate::contract::topology::TopologyPlan;
+use crate::runtime::connection::AceMq;
+use crate::runtime::engine::Engine;
+use crate::runtime::telemetry::ConsumeMetrics;
 use crate::runtime_error::RuntimeError;
-use crate::telemetry::ConsumeMetrics;
-use crate::topology::TopologyPlan;
 
 /// Deliveries the broker hands a consumer before any is acknowledged, by default.
 pub const DEFAULT_PREFETCH: u16 = 50;

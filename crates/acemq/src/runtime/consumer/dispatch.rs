@@ -15,11 +15,11 @@ use tracing::Instrument;
 use super::handler::{HandlerError, Message, Outcome};
 use super::{BoxHandler, DrainReport};
 use crate::Envelope;
-use crate::codec::Decoders;
-use crate::connection::AceMq;
-use crate::engine::{Engine, Held};
+use crate::contract::codec::Decoders;
+use crate::runtime::connection::AceMq;
+use crate::runtime::engine::{Engine, Held};
+use crate::runtime::telemetry::{self, ConsumeResult};
 use crate::runtime_error::RuntimeError;
-use crate::telemetry::{self, ConsumeResult};
 
 /// What the handler tasks of one consumer share.
 pub(super) struct Worker<T> {

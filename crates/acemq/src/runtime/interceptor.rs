@@ -2,7 +2,7 @@
 //! connection, in registration order (the `after` half in reverse).
 
 use crate::Envelope;
-use crate::consumer::Outcome;
+use crate::runtime::consumer::Outcome;
 
 /// An error an interceptor returns.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

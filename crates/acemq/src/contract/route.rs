@@ -3,8 +3,8 @@
 
 use polyq_amqp::{FieldTable, FieldValue};
 
+use crate::contract::{headers, lenient};
 use crate::error::{Error, Result};
-use crate::{headers, lenient};
 
 /// Where a message travelling a declared pipeline is going, carried by the message.
 ///
@@ -228,8 +228,11 @@ mod tests {
     #[test]
     fn unreadable_position_restarts_and_missing_run_id_is_fresh() {
         let slip = RoutingSlip::from_headers(&headers(&[
-            (crate::headers::ROUTE, FieldValue::from("a,b")),
-            (crate::headers::ROUTE_POSITION, FieldValue::from("soon")),
+            (crate::contract::headers::ROUTE, FieldValue::from("a,b")),
+            (
+                crate::contract::headers::ROUTE_POSITION,
+                FieldValue::from("soon"),
+            ),
         ]))
         .unwrap();
         assert_eq!(slip.position(), 0);
@@ -238,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_route_of_blanks_is_no_route() {
-        let none = headers(&[(crate::headers::ROUTE, FieldValue::from(" , ,"))]);
+        let none = headers(&[(crate::contract::headers::ROUTE, FieldValue::from(" , ,"))]);
         assert_eq!(RoutingSlip::from_headers(&none), None);
         assert_eq!(RoutingSlip::from_headers(&FieldTable::new()), None);
     }
@@ -248,8 +251,14 @@ mod tests {
         let slip = RoutingSlip::new(["a", "b.c", "d-e"], 2, "run").unwrap();
         let mut table = FieldTable::new();
         slip.write_headers(&mut table);
-        assert_eq!(table[crate::headers::ROUTE], FieldValue::from("a,b.c,d-e"));
-        assert_eq!(table[crate::headers::ROUTE_POSITION], FieldValue::I32(2));
+        assert_eq!(
+            table[crate::contract::headers::ROUTE],
+            FieldValue::from("a,b.c,d-e")
+        );
+        assert_eq!(
+            table[crate::contract::headers::ROUTE_POSITION],
+            FieldValue::I32(2)
+        );
         assert_eq!(RoutingSlip::from_headers(&table), Some(slip));
     }
 }

@@ -10,9 +10,9 @@
 use polyq_amqp::{FieldTable, FieldValue, Properties};
 use time::OffsetDateTime;
 
-use crate::envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE, new_id};
-use crate::route::RoutingSlip;
-use crate::{headers, lenient};
+use crate::contract::envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE, new_id};
+use crate::contract::route::RoutingSlip;
+use crate::contract::{headers, lenient};
 
 impl Envelope {
     /// The headers to publish: the application headers with every envelope field written over
