@@ -267,8 +267,8 @@ fn frame(header: &[u8], content: &[u8]) -> Bytes {
 
 /// Publishes a framed body as it is, under its payload's content type. A claim-checked
 /// document is still that document: the other ports keep the payload codec's content type and
-/// choose their codec by it, so a body sent as `application/octet-stream` would not reach a
-/// JSON consumer's codec.
+/// pick a consumer's codec by it, so a JSON document sent as `application/octet-stream` would
+/// not be read as JSON.
 ///
 /// ```
 /// use acemq::codec::{Encode, JSON_CONTENT_TYPE};
