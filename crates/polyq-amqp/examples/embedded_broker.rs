@@ -53,7 +53,12 @@ async fn main() -> Result<(), polyq_amqp::Error> {
         .with_content_type("application/json")
         .persistent();
     let outcome = client
-        .publish(OutgoingMessage::new("", WORK, properties, r#"{"order":1042}"#))
+        .publish(OutgoingMessage::new(
+            "",
+            WORK,
+            properties,
+            r#"{"order":1042}"#,
+        ))
         .await?
         .await?;
     assert_eq!(outcome, PublishOutcome::Acked);
@@ -90,7 +95,11 @@ async fn main() -> Result<(), polyq_amqp::Error> {
                 Some(FieldValue::LongString(text)) => String::from_utf8_lossy(text).into_owned(),
                 _ => String::new(),
             };
-            println!("x-death: queue `{}`, reason `{}`", field("queue"), field("reason"));
+            println!(
+                "x-death: queue `{}`, reason `{}`",
+                field("queue"),
+                field("reason")
+            );
         }
     }
     dead.ack().await?;
