@@ -37,32 +37,26 @@
 //! # Ok::<(), babelqueue::Error>(())
 //! ```
 
-mod canonical;
 mod client;
 mod codec;
 pub mod conformance;
 pub mod dead_letter;
-pub mod envelope;
 mod error;
-mod finite;
 pub mod idempotency;
-mod make;
 pub mod projection;
-mod rawjson;
 pub mod redrive;
 pub mod schema;
 pub mod transport;
-mod typed;
 pub mod urn;
-pub mod whitespace;
 pub mod worker;
 
 pub use client::{BabelQueue, BabelQueueBuilder};
+pub use codec::{envelope, whitespace};
 
-pub use codec::{
+pub use codec::decode::{
     Decoded, Reason, Verdict, Warning, WarningHook, classify, decode, set_warning_hook,
 };
+pub use codec::envelope::{Envelope, Meta, RawJson, SCHEMA_VERSION, SOURCE_LANG};
+pub use codec::make::{MakeOptions, Message, make};
 pub use dead_letter::{DeadLetter, DeadLetterInfo, DeadLetterReason, poison_record};
-pub use envelope::{Envelope, Meta, RawJson, SCHEMA_VERSION, SOURCE_LANG};
 pub use error::{Error, PoisonCause, Result};
-pub use make::{MakeOptions, Message, make};

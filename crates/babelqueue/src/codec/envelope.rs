@@ -5,9 +5,9 @@ use std::fmt;
 
 use serde::de::DeserializeOwned;
 
+use crate::codec::raw_json::push_str_literal;
+use crate::codec::whitespace::is_blank;
 use crate::error::{Error, Result};
-use crate::rawjson::push_str_literal;
-use crate::whitespace::is_blank;
 
 /// The only envelope version there is.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -72,7 +72,7 @@ impl RawJson {
         finite_numbers: bool,
         pointer: impl FnOnce() -> String,
     ) -> std::result::Result<Self, crate::PoisonCause> {
-        crate::rawjson::compact(raw, finite_numbers)
+        crate::codec::raw_json::compact(raw, finite_numbers)
             .map(|text| Self(text.into_owned()))
             .map_err(|issue| crate::PoisonCause::Member {
                 pointer: pointer(),

@@ -16,9 +16,9 @@
 
 use std::borrow::Cow;
 
-use crate::codec::Decoded;
-use crate::envelope::{Envelope, Meta, RawJson, Slot, Text, lang_text};
-use crate::rawjson::is_finite_number;
+use crate::codec::decode::Decoded;
+use crate::codec::envelope::{Envelope, Meta, RawJson, Slot, Text, lang_text};
+use crate::codec::raw_json::is_finite_number;
 
 /// How deep `data` may nest here; deeper values go to the full reader, which applies the limit.
 const MAX_DEPTH: u32 = 100;
@@ -357,7 +357,7 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::decode_any;
+    use crate::codec::decode::decode_any;
     use proptest::prelude::*;
 
     /// The canonical reader either leaves `text` to the full reader or agrees with it.

@@ -4,12 +4,12 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 
-use crate::envelope::{
+use crate::codec::envelope::{
     CORE_META_KEYS, Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, SOURCE_LANG, Slot,
     Text, pointer,
 };
+use crate::codec::whitespace::{is_blank, trim};
 use crate::error::{Error, Result};
-use crate::whitespace::{is_blank, trim};
 
 /// Options of [`make`]: the logical queue, a trace to continue, and producer `meta` extras.
 ///
@@ -74,7 +74,7 @@ impl MakeOptions {
     /// assert!(envelope.encode().unwrap().contains(r#""z":1.50,"a":{"b":2}}"#));
     /// ```
     pub fn meta_json(mut self, text: &str) -> Result<Self> {
-        let members = crate::codec::object_members(text)
+        let members = crate::codec::decode::object_members(text)
             .map_err(|cause| Error::InvalidMeta(cause.to_string()))?;
         for (key, raw) in members {
             let value = RawJson::compacted(raw.get(), true, || pointer(&["meta", &key]))
@@ -156,7 +156,7 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
     if job.is_empty() {
         return Err(Error::BlankUrn(urn.to_owned()));
     }
-    let scan = crate::finite::scan(data);
+    let scan = crate::codec::payload_scan::scan(data);
     if !scan.finite {
         return Err(Error::NonFiniteNumber {
             pointer: "/data".to_owned(),
@@ -175,14 +175,14 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
     // else `serde_json` wrote compact, with finite numbers and valid strings.
     let compacted = match scan.raw_text {
         false => Ok(None),
-        true => crate::rawjson::compact(&data, true).map(|text| match text {
+        true => crate::codec::raw_json::compact(&data, true).map(|text| match text {
             Cow::Borrowed(_) => None,
             Cow::Owned(text) => Some(text),
         }),
     };
     let data = match compacted {
         Ok(text) => RawJson::trusted(text.unwrap_or(data)),
-        Err(crate::rawjson::Strictness::NonFiniteNumber) => {
+        Err(crate::codec::raw_json::Strictness::NonFiniteNumber) => {
             return Err(Error::NonFiniteNumber {
                 pointer: "/data".to_owned(),
             });

@@ -6,9 +6,9 @@ use std::borrow::Cow;
 
 use polyq_amqp::{FieldValue, Properties};
 
-use crate::envelope::Envelope;
-use crate::rawjson::push_str_literal;
-use crate::whitespace::{is_blank, trim};
+use crate::codec::envelope::Envelope;
+use crate::codec::raw_json::push_str_literal;
+use crate::codec::whitespace::{is_blank, trim};
 
 /// `app_id` / `bq_app_id` of every BabelQueue producer.
 pub const APP_ID: &str = "babelqueue";

@@ -8,12 +8,12 @@ use std::sync::{Arc, RwLock};
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::envelope::{
+use crate::codec::envelope::{
     Envelope, FORBIDDEN_META, Meta, RawJson, SCHEMA_VERSION, Slot, lang_text, pointer,
 };
+use crate::codec::typed_members::{Frame, FrameSeed, Key, NOT_INTEGER, NOT_STRING, Typed, integer};
+use crate::codec::whitespace::is_blank;
 use crate::error::PoisonCause;
-use crate::typed::{Frame, FrameSeed, Key, NOT_INTEGER, NOT_STRING, Typed, integer};
-use crate::whitespace::is_blank;
 
 /// Something a decode dropped or ignored, named by its RFC 6901 pointer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -283,7 +283,7 @@ fn extras(
 /// ```
 pub fn decode(body: &[u8]) -> Result<Decoded, PoisonCause> {
     let text = simdutf8::basic::from_utf8(body).map_err(|_| PoisonCause::NotUtf8)?;
-    match crate::canonical::decode(text) {
+    match crate::codec::fast_decode::decode(text) {
         Some(decoded) => Ok(decoded),
         None => decode_any(text),
     }

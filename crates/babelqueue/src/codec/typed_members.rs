@@ -221,7 +221,7 @@ impl<'de> Visitor<'de> for MetaSeed<'_, 'de> {
                 }
                 other => {
                     let value: &'de RawValue = map.next_value()?;
-                    match crate::envelope::FORBIDDEN_META
+                    match crate::codec::envelope::FORBIDDEN_META
                         .iter()
                         .find(|k| **k == other)
                     {
@@ -357,7 +357,8 @@ impl<'de> DeserializeSeed<'de> for FrameSeed<'_, 'de> {
                             // The last `data` is kept and checked in full later; an earlier
                             // occurrence must hold only finite numbers too.
                             if let Some(previous) = frame.data.replace(value)
-                                && let Err(issue) = crate::rawjson::compact(previous.get(), true)
+                                && let Err(issue) =
+                                    crate::codec::raw_json::compact(previous.get(), true)
                             {
                                 frame.flag(|| "/data".to_owned(), issue.describe());
                             }
