@@ -53,10 +53,9 @@ pub mod worker;
 pub use client::{BabelQueue, BabelQueueBuilder};
 pub use codec::{envelope, whitespace};
 
-pub use codec::decode::{
-    Decoded, Reason, Verdict, Warning, WarningHook, classify, decode, set_warning_hook,
-};
+pub use codec::decode::{Decoded, Warning, WarningHook, decode, set_warning_hook};
 pub use codec::envelope::{Envelope, Meta, RawJson, SCHEMA_VERSION, SOURCE_LANG};
 pub use codec::make::{MakeOptions, Message, make};
+pub use codec::verdict::{Reason, Verdict, classify};
 pub use dead_letter::{DeadLetter, DeadLetterInfo, DeadLetterReason, poison_record};
 pub use error::{Error, PoisonCause, Result};

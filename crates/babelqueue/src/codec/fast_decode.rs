@@ -2,7 +2,7 @@
 //! no escape anywhere, only the known members `job`, `trace_id`, `data`, `meta` and `attempts`,
 //! each at most once, of the expected types, and `meta` with only its core members.
 //!
-//! It checks what it reads as strictly as the full reader in `codec` (RFC 8259 grammar, UTF-8,
+//! It checks what it reads as strictly as the full reader in `decode` (RFC 8259 grammar, UTF-8,
 //! control characters, finite numbers in `data`) and returns `None` for anything outside that
 //! shape, valid or not: the full reader then decides, so every error, warning and edge case has
 //! one implementation. A body it accepts decodes to exactly what the full reader returns, which
@@ -168,8 +168,8 @@ impl<'a> Reader<'a> {
         Some(())
     }
 
-    /// An integer member: an integer literal that fits 64 bits (`-0` reads as 0, as in `typed`).
-    /// A fraction, an exponent or a larger integer leaves the shape.
+    /// An integer member: an integer literal that fits 64 bits (`-0` reads as 0, as in
+    /// `typed_members`). A fraction, an exponent or a larger integer leaves the shape.
     #[inline(always)]
     fn integer(&mut self) -> Option<i64> {
         let negative = self.eat(b'-');
