@@ -1,6 +1,6 @@
 //! The envelope and its parts: [`Envelope`], [`Meta`] and [`RawJson`], the contract's key lists
-//! (core, known, forbidden) and the RFC 6901 [`pointer`] every warning and error names a key by.
-//! The canonical bytes are written by `encode`, read by `decode`.
+//! (core, known, forbidden) and the RFC 6901 [`pointer()`] every warning and error names a key
+//! by. The canonical bytes are written by `encode`, read by `decode`.
 
 use std::borrow::Cow;
 use std::fmt;
