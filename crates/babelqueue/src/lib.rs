@@ -117,3 +117,8 @@ pub use codec::make::{MakeOptions, Message, make};
 pub use codec::verdict::{Reason, Verdict, classify};
 pub use dead_letter::{DeadLetter, DeadLetterInfo, DeadLetterReason, poison_record};
 pub use error::{Error, PoisonCause, Result};
+
+/// The README's example, run as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
