@@ -68,7 +68,13 @@ fn report(warnings: &[Warning]) {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
     for warning in warnings {
-        tracing::warn!(pointer = %warning.pointer, "{}", warning.message);
+        // The target docs/babelqueue-contract.md names, rather than this file's module path.
+        tracing::warn!(
+            target: "babelqueue::codec",
+            pointer = %warning.pointer,
+            "{}",
+            warning.message
+        );
         if let Some(hook) = &hook {
             hook(warning);
         }
