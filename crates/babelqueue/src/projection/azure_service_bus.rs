@@ -134,7 +134,7 @@ mod tests {
     }
 
     #[test]
-    fn a_delivery_count_of_one_or_less_keeps_the_body_count() {
+    fn the_delivery_count_minus_one_never_lowers_the_body_count() {
         assert_eq!(asb_attempts(5, Some(2)), 5);
         assert_eq!(asb_attempts(3, Some(0)), 3);
     }

@@ -1,5 +1,5 @@
-//! RabbitMQ, the live AMQP binding: the properties and native-typed headers of a publish, and
-//! the consume-side reconciliation of `attempts` with the `x-attempts` header.
+//! RabbitMQ, and the embedded broker the same transport serves: the properties and native-typed
+//! headers of a publish, and the consume-side reconciliation of `attempts` with `x-attempts`.
 
 use polyq_amqp::{FieldValue, Properties};
 

@@ -1,4 +1,4 @@
-//! Redis, the live list binding: the header frame that carries out-of-band headers beside the
+//! Redis: the header frame the shared list layout stores to carry out-of-band headers beside the
 //! body in one list value, as every SDK writes and reads it.
 
 use std::borrow::Cow;
