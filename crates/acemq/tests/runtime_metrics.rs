@@ -334,7 +334,10 @@ async fn pipeline_runs_are_counted_with_java_names(env: &'static Env) {
     let name = polyq_testkit::unique_name("acemq.metrics.pl");
     let pipeline = Pipeline::new(&env.mq, &name, ["check", "store"]).unwrap();
     for step in pipeline.steps() {
-        env.declare(QueueSpec::new(pipeline.queue_of(step))).await;
+        // As the pipeline declares them: quorum.
+        let spec = QueueSpec::new(pipeline.queue_of(step))
+            .argument("x-queue-type", polyq_amqp::FieldValue::from("quorum"));
+        env.declare(spec).await;
     }
     pipeline.declare().await.unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel();
