@@ -11,7 +11,7 @@ use acemq::patterns::PatternError;
 use acemq::patterns::pipeline::Pipeline;
 use acemq::patterns::request_reply::{Requester, respond};
 use acemq::retry::RetryPolicy;
-use acemq::{Message, Outcome};
+use acemq::{Consumer, Message, Outcome};
 use common::{Env, LIMIT};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use polyq_amqp::QueueSpec;
@@ -272,12 +272,18 @@ async fn a_missing_rung_is_counted(env: &'static Env) {
 }
 both!(a_missing_rung_is_counted);
 
-async fn a_set_aside_that_misses_is_held_not_redelivered(env: &'static Env) {
+/// A consumer of a new queue rejecting every message, started without declaring its topology
+/// so that `Q.dlq` does not exist, after "keep me" was published, handled once and its
+/// set-aside missed `misses` times. Returns the queue, the consumer and the `redelivered` flag
+/// of every later delivery to the handler.
+async fn rejecting_with_no_dlq(
+    env: &'static Env,
+    what: &str,
+    misses: u64,
+) -> (String, Consumer, mpsc::UnboundedReceiver<bool>) {
     counters();
-    let queue = env.queue("set-aside-missed").await;
-    let dlq = format!("{queue}.dlq");
+    let queue = env.queue(what).await;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    // No declarations: Q.dlq does not exist, so the set-aside comes back unroutable.
     let consumer = env
         .mq
         .consumer::<String>(queue.as_str())
@@ -300,13 +306,20 @@ async fn a_set_aside_that_misses_is_held_not_redelivered(env: &'static Env) {
         tokio::time::timeout(LIMIT, rx.recv()).await.unwrap(),
         Some(false)
     );
+    let dlq = format!("{queue}.dlq");
     let missed = [("queue", queue.as_str()), ("target", dlq.as_str())];
-    until_counted("acemq.messages.set.aside.failed", &missed, 3).await;
+    until_counted("acemq.messages.set.aside.failed", &missed, misses).await;
+    (queue, consumer, rx)
+}
+
+async fn a_set_aside_that_misses_is_held_not_redelivered(env: &'static Env) {
+    let (queue, consumer, mut rx) = rejecting_with_no_dlq(env, "set-aside-missed", 3).await;
     // Given back, it would have come round once per miss; held, it was handled once.
     assert!(
         rx.try_recv().is_err(),
         "redelivered while its set-aside was missing"
     );
+    let dlq = format!("{queue}.dlq");
     env.declare(QueueSpec::new(dlq.clone())).await;
     let dead = env.next_in(&dlq).await;
     assert_eq!(&dead.body[..], br#""keep me""#);
@@ -331,31 +344,7 @@ async fn a_set_aside_that_misses_is_held_not_redelivered(env: &'static Env) {
 both!(a_set_aside_that_misses_is_held_not_redelivered);
 
 async fn a_held_delivery_goes_back_at_the_drain_deadline(env: &'static Env) {
-    counters();
-    let queue = env.queue("set-aside-drained").await;
-    let dlq = format!("{queue}.dlq");
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let consumer = env
-        .mq
-        .consumer::<String>(queue.as_str())
-        .declare(false)
-        .start(move |_: Message<String>| {
-            let tx = tx.clone();
-            async move {
-                tx.send(()).unwrap();
-                Outcome::reject("fatal")
-            }
-        })
-        .await
-        .unwrap();
-    env.mq
-        .publisher::<str>("", queue.as_str())
-        .send("keep me")
-        .await
-        .unwrap();
-    tokio::time::timeout(LIMIT, rx.recv()).await.unwrap();
-    let missed = [("queue", queue.as_str()), ("target", dlq.as_str())];
-    until_counted("acemq.messages.set.aside.failed", &missed, 1).await;
+    let (queue, consumer, _) = rejecting_with_no_dlq(env, "set-aside-drained", 1).await;
     let report = consumer.drain(Duration::from_millis(200)).await;
     assert_eq!((report.completed, report.interrupted), (0, 1), "{report:?}");
     let back = env.next_in(&queue).await;
