@@ -49,6 +49,16 @@ enum Ended {
     Interrupted,
 }
 
+impl Ended {
+    /// The engine gives a delivery back only when the drain deadline interrupted it.
+    fn after(result: ConsumeResult) -> Ended {
+        match result {
+            ConsumeResult::Failed => Ended::Interrupted,
+            _ => Ended::Finished,
+        }
+    }
+}
+
 /// Runs until asked to drain (or until the handle is dropped), then drains. While paused, or
 /// after the delivery stream ended on its own, there is no subscription: running handlers
 /// carry on and the loop waits for the application's next request.
@@ -221,7 +231,7 @@ impl<T: Send + 'static> Worker<T> {
             Err(reason) => {
                 let result = self.engine.park_undecodable(&held, &reason).await;
                 metrics.finished(result, started.elapsed().as_secs_f64());
-                return Ended::Finished;
+                return Ended::after(result);
             }
         };
 
@@ -276,7 +286,7 @@ impl<T: Send + 'static> Worker<T> {
         };
         telemetry::record_outcome(&span, result.as_str());
         metrics.finished(result, started.elapsed().as_secs_f64());
-        Ended::Finished
+        Ended::after(result)
     }
 
     /// Interceptors around the handler; a panic anywhere in the handler is caught.
