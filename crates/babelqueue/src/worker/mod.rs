@@ -167,8 +167,8 @@ impl Default for Settings {
 /// Handlers are async functions of a [`Job`] returning `Result<(), E>` for any displayable `E`:
 /// `Ok` acknowledges the message; `Err` (or a panic) counts an attempt: the message is retried
 /// with `attempts+1` while that stays below `max_attempts`, and dead-lettered to
-/// `<queue>.dlq` with the `dead_letter` block (reason `failed`, the error's text and type
-/// name) when it does not.
+/// `<queue>.dlq` (the binding's [`Transport::dead_letter_queue`]) with the `dead_letter` block
+/// (reason `failed`, the error's text and type name) when it does not.
 pub struct Worker<T: Transport> {
     transport: Arc<T>,
     queue: String,
@@ -256,7 +256,8 @@ impl<T: Transport> Worker<T> {
         self
     }
 
-    /// The dead-letter queue (default `<queue>.dlq`).
+    /// The dead-letter queue (default `<queue>.dlq`, or the binding's own name for it:
+    /// [`Transport::dead_letter_queue`]).
     pub fn dead_letter_queue(mut self, queue: impl Into<String>) -> Self {
         self.dead_letter_queue = Some(queue.into());
         self
@@ -293,7 +294,7 @@ impl<T: Transport> Worker<T> {
     pub fn dead_letter_queue_name(&self) -> String {
         self.dead_letter_queue
             .clone()
-            .unwrap_or_else(|| format!("{}.dlq", self.queue))
+            .unwrap_or_else(|| self.transport.dead_letter_queue(&self.queue))
     }
 
     /// Runs until `shutdown` is stopped: takes messages as handlers free up, then stops taking
