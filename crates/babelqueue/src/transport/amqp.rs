@@ -340,7 +340,8 @@ fn amqp_integer(value: i64) -> FieldValue {
 }
 
 /// The properties of a body written by this binding: the contract projection when it decodes,
-/// the fixed content properties otherwise (a poison record, an undecodable raw body).
+/// the fixed content properties otherwise (a poison record, an undecodable raw body); the
+/// out-of-band headers ride with either.
 fn properties_for(body: &[u8], headers: &[(String, String)]) -> Properties {
     let out_of_band: Vec<(&str, &str)> = headers
         .iter()
@@ -353,6 +354,13 @@ fn properties_for(body: &[u8], headers: &[(String, String)]) -> Properties {
                 .with_content_type(projection::CONTENT_TYPE)
                 .persistent();
             props.app_id = Some(projection::APP_ID.to_owned());
+            for (name, value) in out_of_band {
+                if !name.is_empty() && !value.is_empty() {
+                    props
+                        .headers
+                        .insert(name.to_owned(), FieldValue::from(value));
+                }
+            }
             props
         }
     }
@@ -494,8 +502,11 @@ impl Transport for AmqpTransport {
         }
     }
 
+    /// Publishes to the dead-letter queue with the headers the message came with (`traceparent`,
+    /// `tracestate`, `bq-replay-bypass`), as the default Redis layout keeps them in its frame,
+    /// then acknowledges.
     async fn dead_letter(&self, receipt: &AmqpReceipt, dlq: &str, body: Bytes) -> Result<()> {
-        let properties = properties_for(&body, &[]);
+        let properties = properties_for(&body, &out_of_band(&receipt.properties));
         self.publish_confirmed(dlq, properties, body).await?;
         Ok(receipt.acker.ack().await?)
     }
