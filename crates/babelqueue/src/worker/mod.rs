@@ -112,7 +112,7 @@ pub struct WorkerReport {
     pub dead_lettered: u64,
     /// Put back unchanged (`release` strategy, or unfinished at shutdown).
     pub released: u64,
-    /// Dropped (`delete` strategy).
+    /// Dropped (`delete` strategy, or attempts exhausted with dead-lettering off).
     pub deleted: u64,
     /// Could not be settled as decided (e.g. the dead-letter queue refused the write); handed
     /// back to the broker, which delivers them again.
@@ -144,6 +144,7 @@ pub(crate) struct Settings {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) poll_wait: Duration,
     pub(crate) redelivery_pause: Duration,
+    pub(crate) dead_letter: bool,
 }
 
 impl Default for Settings {
@@ -157,6 +158,7 @@ impl Default for Settings {
             shutdown_timeout: Duration::from_secs(30),
             poll_wait: Duration::from_secs(1),
             redelivery_pause: Duration::from_secs(1),
+            dead_letter: true,
         }
     }
 }
@@ -168,7 +170,8 @@ impl Default for Settings {
 /// `Ok` acknowledges the message; `Err` (or a panic) counts an attempt: the message is retried
 /// with `attempts+1` while that stays below `max_attempts`, and dead-lettered to
 /// `<queue>.dlq` (the binding's [`Transport::dead_letter_queue`]) with the `dead_letter` block
-/// (reason `failed`, the error's text and type name) when it does not.
+/// (reason `failed`, the error's text and type name) when it does not, or dropped when
+/// dead-lettering is off ([`Worker::dead_letter`]).
 pub struct Worker<T: Transport> {
     transport: Arc<T>,
     queue: String,
@@ -253,6 +256,17 @@ impl<T: Transport> Worker<T> {
     /// Handlers running at once (default 1). 0 counts as 1.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.settings.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Whether a message whose attempts are exhausted goes to the dead-letter queue (default
+    /// `true`) or is acknowledged and dropped with a warning (`false`, the Python SDK's default
+    /// `dead_letter=False`). It only decides for exhausted retries (a failing handler, the
+    /// [`UnknownUrn::Fail`] strategy): poison, version-gated bodies and the
+    /// [`UnknownUrn::DeadLetter`] strategy are dead-lettered either way, since a message
+    /// nobody could handle is never dropped unseen.
+    pub fn dead_letter(mut self, enabled: bool) -> Self {
+        self.settings.dead_letter = enabled;
         self
     }
 
