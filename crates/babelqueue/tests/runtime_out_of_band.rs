@@ -81,6 +81,22 @@ async fn dead_lettered_headers(bound: &Bound) -> [Option<String>; 3] {
     seen
 }
 
+/// Redrives the one dead-lettered message, with or without bypass, and fails it once more,
+/// returning what the handler saw.
+async fn redrive_then_fail(bound: &Bound, bypass: bool) -> Vec<(i64, [Option<String>; 3])> {
+    let done = bound
+        .queue
+        .redrive(&RedriveOptions::new().bypass(bypass).wait(IDLE))
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.redriven, done.items[0].bypassed),
+        (1, bypass),
+        "{done:?}"
+    );
+    fail_until_dead_lettered(bound, 1).await
+}
+
 async fn headers_survive_retry_dead_letter_and_redrive(binding: Binding) {
     let bound = Bound::new(binding).await;
     assert!(bound.transport().capabilities().headers);
@@ -96,33 +112,17 @@ async fn headers_survive_retry_dead_letter_and_redrive(binding: Binding) {
     assert_eq!(dead_lettered_headers(&bound).await, expected(true));
 
     // A redrive with bypass keeps the trace headers and the bypass stamp.
-    let done = bound
-        .queue
-        .redrive(&RedriveOptions::new().bypass(true).wait(IDLE))
-        .await
-        .unwrap();
     assert_eq!(
-        (done.redriven, done.items[0].bypassed),
-        (1, true),
-        "{done:?}"
+        redrive_then_fail(&bound, true).await,
+        vec![(0, expected(true))]
     );
-    let seen = fail_until_dead_lettered(&bound, 1).await;
-    assert_eq!(seen, vec![(0, expected(true))]);
     assert_eq!(dead_lettered_headers(&bound).await, expected(true));
 
     // A redrive without bypass keeps the trace headers; the replay is then a real one.
-    let done = bound
-        .queue
-        .redrive(&RedriveOptions::new().wait(IDLE))
-        .await
-        .unwrap();
     assert_eq!(
-        (done.redriven, done.items[0].bypassed),
-        (1, false),
-        "{done:?}"
+        redrive_then_fail(&bound, false).await,
+        vec![(0, expected(false))]
     );
-    let seen = fail_until_dead_lettered(&bound, 1).await;
-    assert_eq!(seen, vec![(0, expected(false))]);
     bound.cleanup(&[]).await;
 }
 
