@@ -61,7 +61,7 @@ pub trait PublishInterceptor: Send + Sync + 'static {
 
 /// Runs around every handled delivery of a connection's consumers: `before_handle` in
 /// registration order before the handler, `after_handle` in reverse order after it, for every
-/// interceptor whose `before_handle` ran, whatever the outcome.
+/// interceptor whose `before_handle` passed, whatever the outcome.
 ///
 /// A failing (or panicking) `before_handle` fails the delivery as a handler error would: the
 /// later interceptors and the handler do not run, and the message takes the retry path (retried
