@@ -137,7 +137,29 @@ async fn given_back(env: &Env, queue: &str) {
     );
 }
 
-async fn a_shutdown_drains_the_running_handler(env: &'static Env) {
+/// How a test asks for the stop.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// `Shutdown::stop`.
+    Asked,
+    /// SIGTERM to the test's own process, heard by `Shutdown::on_signals`.
+    #[cfg(unix)]
+    Signal,
+}
+
+/// Held while a test listens for signals: every listener in the process hears every signal, so
+/// the two brokers' runs take turns.
+#[cfg(unix)]
+static SIGNALS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `drain_on` leaves the consumer running until the stop, then drains: the running handler
+/// finishes, the rest goes back.
+async fn drains_on_the_stop(env: &'static Env, stop: Stop) {
+    #[cfg(unix)]
+    let _listening = match stop {
+        Stop::Signal => Some(SIGNALS.lock().await),
+        Stop::Asked => None,
+    };
     let queue = env.queue("drain-on").await;
     let Held {
         consumer,
@@ -145,14 +167,33 @@ async fn a_shutdown_drains_the_running_handler(env: &'static Env) {
         mut started,
     } = Held::start(env, &queue, 5).await;
 
-    let shutdown = Shutdown::new();
+    let shutdown = match stop {
+        Stop::Asked => Shutdown::new(),
+        #[cfg(unix)]
+        Stop::Signal => Shutdown::on_signals(),
+    };
     let mut draining = Box::pin(consumer.drain_on(&shutdown, LIMIT));
     assert!(futures_util::poll!(&mut draining).is_pending());
     // Until the stop, the consumer carries on.
     release.notify_one();
     assert_eq!(next_started(&mut started).await, Some(1));
 
-    shutdown.stop();
+    match stop {
+        Stop::Asked => shutdown.stop(),
+        #[cfg(unix)]
+        Stop::Signal => {
+            let status = tokio::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(std::process::id().to_string())
+                .status()
+                .await
+                .unwrap();
+            assert!(status.success());
+        }
+    }
+    tokio::time::timeout(LIMIT, shutdown.stopping())
+        .await
+        .expect("the stop was asked for");
     // This poll sees the stop and tells the consumer to drain, before the handler finishes.
     assert!(futures_util::poll!(&mut draining).is_pending());
     release.notify_one();
@@ -165,7 +206,18 @@ async fn a_shutdown_drains_the_running_handler(env: &'static Env) {
     );
     assert_eq!(left_in(env, &queue, 3).await, [&b"2"[..], b"3", b"4"]);
 }
+
+async fn a_shutdown_drains_the_running_handler(env: &'static Env) {
+    drains_on_the_stop(env, Stop::Asked).await;
+}
 both!(a_shutdown_drains_the_running_handler);
+
+#[cfg(unix)]
+async fn sigterm_drains_the_running_handler(env: &'static Env) {
+    drains_on_the_stop(env, Stop::Signal).await;
+}
+#[cfg(unix)]
+both!(sigterm_drains_the_running_handler);
 
 async fn an_immediate_stop_interrupts_the_running_handler(env: &'static Env) {
     let queue = env.queue("drain-on-now").await;
@@ -181,46 +233,3 @@ async fn an_immediate_stop_interrupts_the_running_handler(env: &'static Env) {
     given_back(env, &queue).await;
 }
 both!(an_immediate_stop_interrupts_the_running_handler);
-
-/// Held while a test listens for signals: every listener in the process hears every signal, so
-/// the two brokers' runs take turns.
-#[cfg(unix)]
-static SIGNALS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-#[cfg(unix)]
-async fn sigterm_drains_the_running_handler(env: &'static Env) {
-    let _listening = SIGNALS.lock().await;
-    let queue = env.queue("drain-signal").await;
-    let Held {
-        consumer,
-        release,
-        mut started,
-    } = Held::start(env, &queue, 3).await;
-
-    let shutdown = Shutdown::on_signals();
-    let mut draining = Box::pin(consumer.drain_on(&shutdown, LIMIT));
-    assert!(futures_util::poll!(&mut draining).is_pending());
-    let status = tokio::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(std::process::id().to_string())
-        .status()
-        .await
-        .unwrap();
-    assert!(status.success());
-    tokio::time::timeout(LIMIT, shutdown.stopping())
-        .await
-        .expect("SIGTERM asks for a graceful stop");
-    // This poll sees the stop and tells the consumer to drain, before the handler finishes.
-    assert!(futures_util::poll!(&mut draining).is_pending());
-    release.notify_one();
-    let report = tokio::time::timeout(LIMIT, draining).await.unwrap();
-    assert_eq!((report.completed, report.interrupted), (1, 0), "{report:?}");
-    assert!(report.is_clean(), "{report:?}");
-    assert!(
-        started.try_recv().is_err(),
-        "no handler started after the signal"
-    );
-    assert_eq!(left_in(env, &queue, 2).await, [&b"1"[..], b"2"]);
-}
-#[cfg(unix)]
-both!(sigterm_drains_the_running_handler);
