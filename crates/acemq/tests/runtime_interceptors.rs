@@ -39,6 +39,18 @@ struct Recorder {
     log: Arc<Mutex<Vec<String>>>,
 }
 
+impl Recorder {
+    /// One that passes everything and never panics.
+    fn new(name: &'static str, log: &Arc<Mutex<Vec<String>>>) -> Self {
+        Self {
+            name,
+            fail_before: false,
+            panics: Panics::Never,
+            log: log.clone(),
+        }
+    }
+}
+
 /// Where a [`Recorder`] panics.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Panics {
@@ -87,17 +99,10 @@ async fn interceptors(url: String) {
     let mq = AceMq::builder()
         .url(url.as_str())
         .publish_interceptor(Stamp)
+        .consume_interceptor(Recorder::new("a", &log))
         .consume_interceptor(Recorder {
-            name: "a",
-            fail_before: false,
-            panics: Panics::Never,
-            log: log.clone(),
-        })
-        .consume_interceptor(Recorder {
-            name: "b",
             fail_before: true,
-            panics: Panics::Never,
-            log: log.clone(),
+            ..Recorder::new("b", &log)
         })
         .connect()
         .await
@@ -199,17 +204,10 @@ impl PanickingConsumer {
         let log = Arc::new(Mutex::new(Vec::new()));
         let mq = AceMq::builder()
             .url(env.url.as_str())
+            .consume_interceptor(Recorder::new("a", &log))
             .consume_interceptor(Recorder {
-                name: "a",
-                fail_before: false,
-                panics: Panics::Never,
-                log: log.clone(),
-            })
-            .consume_interceptor(Recorder {
-                name: "b",
-                fail_before: false,
                 panics,
-                log: log.clone(),
+                ..Recorder::new("b", &log)
             })
             .connect()
             .await
