@@ -31,7 +31,6 @@ mod dispatch;
 mod handler;
 mod interceptor;
 mod job;
-mod shutdown;
 
 use std::fmt::Display;
 use std::future::Future;
@@ -44,9 +43,9 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 pub use backoff::Backoff;
-pub use interceptor::{AfterFailure, BoxError, JobContext, JobInterceptor, JobResult};
+pub use interceptor::{AfterFailure, JobContext, JobInterceptor, JobResult};
 pub use job::{Job, REPLAY_BYPASS_HEADER};
-pub use shutdown::Shutdown;
+pub use polyq_runtime::{BoxError, Shutdown};
 
 use crate::transport::Transport;
 use crate::{Error, Result};
