@@ -46,7 +46,12 @@ where
     E: Display + 'static,
 {
     fn call(&self, job: Job) -> HandlerFuture {
-        let future = (self.f)(job);
+        // A closure can panic before it returns its future; that panic takes the same failure
+        // path as one raised while the future runs.
+        let future = match polyq_runtime::catch_panic_sync(|| (self.f)(job)) {
+            Ok(future) => future,
+            Err(panic) => return Box::pin(std::future::ready(Err(Failure::panicked(panic)))),
+        };
         Box::pin(async move {
             match polyq_runtime::catch_panic(future).await {
                 Ok(Ok(())) => Ok(()),
