@@ -1,6 +1,5 @@
 //! `polyq acemq` commands.
 
-#[path = "acemq_replay.rs"]
 mod replay;
 pub(crate) mod topology;
 
