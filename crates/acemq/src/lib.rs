@@ -35,6 +35,7 @@ mod engine;
 mod envelope;
 mod error;
 pub mod headers;
+pub mod inspect;
 pub mod interceptor;
 mod itinerary;
 mod lenient;
