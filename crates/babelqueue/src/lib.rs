@@ -46,6 +46,7 @@ pub mod envelope;
 mod error;
 mod finite;
 pub mod idempotency;
+pub mod inspect;
 mod make;
 pub mod projection;
 mod rawjson;

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use crate::cli::connect::TlsArgs;
 use anyhow::{Context as _, anyhow};
+use babelqueue::inspect::Inspection;
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::transport::redis::RedisOptions;
 use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport};
-use babelqueue::{BabelQueue, MakeOptions, Verdict, conformance, projection};
+use babelqueue::{BabelQueue, MakeOptions, conformance};
 use clap::{Subcommand, ValueEnum};
-use polyq_amqp::MessageJson;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 /// `polyq babel` subcommands.
@@ -191,7 +190,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Decode { file } => {
             let input = read_input(file.as_ref())?;
-            println!("{}", inspect(&input));
+            println!("{}", serde_json::to_string(&Inspection::of_input(&input))?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Make {
@@ -277,7 +276,8 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 let Some(reserved) = transport.reserve(&queue, idle).await? else {
                     break;
                 };
-                println!("{}", report(&reserved.body, reserved.headers));
+                let seen = Inspection::of_body(&reserved.body, reserved.headers);
+                println!("{}", serde_json::to_string(&seen)?);
                 transport.ack(&reserved.receipt).await?;
                 taken += 1;
             }
@@ -340,71 +340,4 @@ fn read_input(file: Option<&PathBuf>) -> anyhow::Result<Vec<u8>> {
             Ok(input)
         }
     }
-}
-
-/// The body inside `input`: the `body` of a message in the `polyq` message JSON shape, else
-/// `input` itself.
-fn message_body(input: &[u8]) -> Vec<u8> {
-    let shaped = serde_json::from_slice::<Value>(input).ok().filter(|value| {
-        value.get("body").is_some()
-            && value.get("job").is_none()
-            && value.get("urn").is_none()
-            && value.get(projection::FRAME_KEY).is_none()
-            && ["exchange", "routing_key", "properties", "headers"]
-                .iter()
-                .any(|k| value.get(k).is_some())
-    });
-    match shaped.and_then(|value| MessageJson::from_json(&value).ok()) {
-        Some(message) => message.body.to_vec(),
-        None => input.to_vec(),
-    }
-}
-
-fn inspect(input: &[u8]) -> String {
-    let body = message_body(input);
-    match std::str::from_utf8(&body) {
-        Ok(text) => {
-            let (inner, headers) = projection::unframe(text);
-            report(inner.as_bytes(), headers)
-        }
-        Err(_) => report(&body, Vec::new()),
-    }
-}
-
-/// The `decode` verdict line for an envelope body and its out-of-band headers.
-pub(crate) fn report(body: &[u8], headers: Vec<(String, String)>) -> String {
-    let (decoded, reason, poison) = match babelqueue::classify(body) {
-        Verdict::Accepted(decoded) => (Some(decoded), None, None),
-        Verdict::Rejected { decoded, reason } => (Some(decoded), Some(reason.as_str()), None),
-        Verdict::Poison(cause) => {
-            let decoded = babelqueue::decode(body).ok();
-            (decoded, None, Some(cause.to_string()))
-        }
-    };
-    let envelope = decoded.as_ref().and_then(|d| d.envelope.encode().ok());
-    let report = Report {
-        accepts: decoded.is_some() && reason.is_none() && poison.is_none(),
-        reason,
-        urn: decoded.as_ref().and_then(|d| d.envelope.urn()),
-        poison: poison.is_some(),
-        poison_cause: poison.as_deref(),
-        warnings: decoded.as_ref().map_or(&[][..], |d| &d.warnings[..]),
-        envelope: envelope.as_deref(),
-        headers: headers.into_iter().collect(),
-    };
-    serde_json::to_string(&report).unwrap_or_default()
-}
-
-/// The output of `polyq babel decode`, in this key order.
-#[derive(serde::Serialize)]
-struct Report<'a> {
-    accepts: bool,
-    reason: Option<&'a str>,
-    urn: Option<&'a str>,
-    poison: bool,
-    poison_cause: Option<&'a str>,
-    warnings: &'a [babelqueue::Warning],
-    envelope: Option<&'a str>,
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    headers: std::collections::BTreeMap<String, String>,
 }
