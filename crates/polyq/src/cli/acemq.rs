@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::connect::AmqpBroker;
+use crate::cli::payload::PayloadArg;
 use acemq::inspect::{self, Inspection};
 use acemq::time::OffsetDateTime;
 use acemq::{Envelope, provenance, wire};
@@ -77,15 +78,14 @@ pub(crate) enum Command {
         /// A claim-check URI.
         #[arg(long)]
         claim: Option<String>,
-        /// The payload, JSON.
-        #[arg(long)]
-        json: String,
+        #[command(flatten)]
+        payload: PayloadArg,
         /// How many messages to publish, each with its own id.
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
     /// Consume from a queue and acknowledge, printing each message as `decode` does, one JSON
-    /// line each. Stops after --count messages, or when none came for --timeout seconds.
+    /// line each. Stops after --limit messages, or when none came for --timeout seconds.
     Consume {
         #[command(flatten)]
         broker: AmqpBroker,
@@ -93,8 +93,8 @@ pub(crate) enum Command {
         #[arg(long)]
         queue: String,
         /// Stop after this many messages (default: only the timeout stops it).
-        #[arg(long)]
-        count: Option<u64>,
+        #[arg(long, alias = "count")]
+        limit: Option<u64>,
         /// Stop when no message came for this many seconds.
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
@@ -163,11 +163,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             headers,
             correlation_id,
             claim,
-            json,
+            payload,
             count,
         } => {
-            let payload: Value =
-                serde_json::from_str(&json).map_err(|e| anyhow!("--json: not JSON: {e}"))?;
+            let payload: Value = payload.parse()?;
             let headers = headers
                 .iter()
                 .map(|h| name_value(h, "--header"))
@@ -204,7 +203,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Consume {
             broker,
             queue,
-            count,
+            limit,
             timeout,
         } => {
             let idle = Duration::try_from_secs_f64(timeout)
@@ -213,7 +212,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .ok_or_else(|| {
                     anyhow!("--timeout: expected a positive number of seconds, found {timeout}")
                 })?;
-            consume(&broker, &queue, count, idle).await?;
+            consume(&broker, &queue, limit, idle).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Replay {

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::connect::TlsArgs;
+use crate::cli::payload::PayloadArg;
 use anyhow::{Context as _, anyhow};
 use babelqueue::inspect::Inspection;
 use babelqueue::redrive::RedriveOptions;
@@ -67,9 +68,8 @@ pub(crate) enum Command {
         /// The message URN, e.g. urn:babel:orders:created.
         #[arg(long)]
         urn: String,
-        /// The payload, JSON (key order and number spelling are kept).
-        #[arg(long)]
-        data: String,
+        #[command(flatten)]
+        payload: PayloadArg,
         /// A trace id to continue (a new UUID v4 per job otherwise).
         #[arg(long)]
         trace_id: Option<String>,
@@ -81,7 +81,7 @@ pub(crate) enum Command {
         count: u32,
     },
     /// Take jobs off a queue, acknowledging them, and print each as `decode` does, one JSON
-    /// line each. Stops after --max jobs, or when none came for --timeout seconds.
+    /// line each. Stops after --limit jobs, or when none came for --timeout seconds.
     Consume {
         #[command(flatten)]
         broker: Broker,
@@ -89,8 +89,8 @@ pub(crate) enum Command {
         #[arg(long)]
         queue: String,
         /// Stop after this many jobs (default: only the timeout stops it).
-        #[arg(long)]
-        max: Option<u64>,
+        #[arg(long, alias = "max")]
+        limit: Option<u64>,
         /// Stop when no job came for this many seconds.
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
@@ -107,8 +107,8 @@ pub(crate) enum Command {
         #[arg(long)]
         to: Option<String>,
         /// Take at most this many jobs (default: all the dead-letter queue holds when it starts).
-        #[arg(long, default_value_t = 0)]
-        max: usize,
+        #[arg(long, alias = "max", default_value_t = 0)]
+        limit: usize,
         /// Report the plan and put everything back.
         #[arg(long)]
         dry_run: bool,
@@ -235,13 +235,12 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             broker,
             queue,
             urn,
-            data,
+            payload,
             trace_id,
             headers,
             count,
         } => {
-            let data: Box<RawValue> =
-                serde_json::from_str(&data).map_err(|e| anyhow!("--data: not JSON: {e}"))?;
+            let data: Box<RawValue> = payload.parse()?;
             let headers = headers
                 .iter()
                 .map(|h| super::acemq::name_value(h, "--header"))
@@ -266,13 +265,13 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Consume {
             broker,
             queue,
-            max,
+            limit,
             timeout,
         } => {
             let idle = seconds(timeout, "--timeout")?;
             let transport = broker.connect().await?;
             let mut taken = 0u64;
-            while max.is_none_or(|n| taken < n) {
+            while limit.is_none_or(|n| taken < n) {
                 let Some(reserved) = transport.reserve(&queue, idle).await? else {
                     break;
                 };
@@ -288,13 +287,13 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             broker,
             dlq,
             to,
-            max,
+            limit,
             dry_run,
             bypass,
             window,
         } => {
             let mut options = RedriveOptions::new()
-                .max(max)
+                .limit(limit)
                 .dry_run(dry_run)
                 .bypass(bypass)
                 .window(window);
@@ -307,7 +306,8 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .redis_layout(broker.layout.into())
                 .prefetch(u16::try_from(window).unwrap_or(u16::MAX))
                 .redis(RedisOptions::new().prefetch(window.clamp(1, REDIS_MAX_PREFETCH)));
-            let transport = progress::Counted::new(broker.connect_with(connect).await?, &dlq, max);
+            let transport =
+                progress::Counted::new(broker.connect_with(connect).await?, &dlq, limit);
             let outcome = babelqueue::redrive::redrive(&transport, &dlq, &options).await;
             transport.finish();
             match outcome {
