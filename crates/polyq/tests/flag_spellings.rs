@@ -7,7 +7,7 @@ use polyq_amqp::{Client, QueueSpec};
 use serde_json::{Value, json};
 
 mod common;
-use common::{failure, polyq, success_lines};
+use common::{failure, polyq, remove, success_lines};
 
 fn run(args: &[&str]) -> Vec<Value> {
     success_lines(polyq(args), args)
@@ -140,20 +140,7 @@ async fn babel_takes_both_spellings() {
     .concat();
     let left = consume(&dlq, "--limit", "5");
 
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{queue}*"))
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    if !keys.is_empty() {
-        redis::cmd("DEL")
-            .arg(&keys)
-            .query_async::<()>(&mut connection)
-            .await
-            .unwrap();
-    }
+    remove(&url, &queue).await;
     assert_eq!(redriven, [1, 2], "one job per redrive, one per consume");
     assert_eq!(left, [3]);
 }
