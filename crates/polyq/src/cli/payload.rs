@@ -9,8 +9,13 @@ use serde::de::DeserializeOwned;
 /// than an alias so that an error names the flag the command line used.
 #[derive(Debug, clap::Args)]
 pub(crate) struct PayloadArg {
-    /// The payload, JSON (key order and number spelling are kept).
-    #[arg(long, required_unless_present = "json", conflicts_with = "json")]
+    /// The payload, JSON (a BabelQueue job keeps its key order and number spelling).
+    #[arg(
+        long,
+        value_name = "JSON",
+        required_unless_present = "json",
+        conflicts_with = "json"
+    )]
     data: Option<String>,
     #[arg(long, hide = true)]
     json: Option<String>,
