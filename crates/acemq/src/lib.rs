@@ -62,7 +62,8 @@
 //! - [`AceMq`] and [`AceMqBuilder`] (`connection.rs`): connecting, the client name, the confirm window,
 //!   recovery, TLS, interceptors.
 //! - [`publisher`]: [`Publisher`], confirms, `mandatory`, provenance and trace context stamped.
-//! - [`consumer`]: [`Consumer`], dispatch, the handler's [`Outcome`], pause, resume and drain.
+//! - [`consumer`]: [`Consumer`], dispatch, the handler's [`Outcome`], pause, resume and drain
+//!   (on a [`Shutdown`] signal too, shared with the BabelQueue worker through `polyq-runtime`).
 //! - The retry engine (`engine.rs`, internal) carries out the [`retry`] decisions for each
 //!   outcome: a consumer wait or a broker rung, then a republish with the attempt raised, or the
 //!   set-aside into `Q.dlq` / `Q.parked` with `x-acemq-error`; only then the ack.
@@ -126,7 +127,7 @@ pub use contract::{codec, headers, provenance, retry, topology, wire};
 pub use error::{Error, Result};
 pub use runtime::connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
 pub use runtime::consumer::{
-    Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome,
+    Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome, Shutdown,
 };
 pub use runtime::publisher::{PendingConfirm, Publisher};
 pub use runtime::{consumer, interceptor, publisher, telemetry, topology_apply};

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use polyq_amqp::{Client, ClientOptions, TlsOptions};
 use polyq_amqp::{OutgoingMessage, PublishOutcome};
+use polyq_runtime::InterceptorChain;
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 
@@ -48,8 +49,8 @@ pub(crate) struct Shared {
     pub(crate) origin: String,
     pub(crate) transport: &'static str,
     pub(crate) outstanding: Arc<Semaphore>,
-    pub(crate) publish_interceptors: Vec<Box<dyn PublishInterceptor>>,
-    pub(crate) consume_interceptors: Vec<Box<dyn ConsumeInterceptor>>,
+    pub(crate) publish_interceptors: InterceptorChain<dyn PublishInterceptor>,
+    pub(crate) consume_interceptors: InterceptorChain<dyn ConsumeInterceptor>,
 }
 
 impl std::fmt::Debug for AceMq {
@@ -205,8 +206,8 @@ pub struct AceMqBuilder {
     max_outstanding_confirms: usize,
     recovery_wait: Duration,
     tls: TlsOptions,
-    publish_interceptors: Vec<Box<dyn PublishInterceptor>>,
-    consume_interceptors: Vec<Box<dyn ConsumeInterceptor>>,
+    publish_interceptors: InterceptorChain<dyn PublishInterceptor>,
+    consume_interceptors: InterceptorChain<dyn ConsumeInterceptor>,
 }
 
 impl Default for AceMqBuilder {
@@ -217,8 +218,8 @@ impl Default for AceMqBuilder {
             max_outstanding_confirms: DEFAULT_MAX_OUTSTANDING_CONFIRMS,
             recovery_wait: Duration::from_secs(30),
             tls: TlsOptions::default(),
-            publish_interceptors: Vec::new(),
-            consume_interceptors: Vec::new(),
+            publish_interceptors: InterceptorChain::new(),
+            consume_interceptors: InterceptorChain::new(),
         }
     }
 }
@@ -271,14 +272,16 @@ impl AceMqBuilder {
 
     /// Adds a publish interceptor; they run in the order added.
     pub fn publish_interceptor(mut self, interceptor: impl PublishInterceptor) -> Self {
-        self.publish_interceptors.push(Box::new(interceptor));
+        let name = std::any::type_name_of_val(&interceptor);
+        self.publish_interceptors.push(name, Box::new(interceptor));
         self
     }
 
     /// Adds a consume interceptor; `before_handle` runs in the order added, `after_handle` in
     /// reverse.
     pub fn consume_interceptor(mut self, interceptor: impl ConsumeInterceptor) -> Self {
-        self.consume_interceptors.push(Box::new(interceptor));
+        let name = std::any::type_name_of_val(&interceptor);
+        self.consume_interceptors.push(name, Box::new(interceptor));
         self
     }
 

@@ -2,8 +2,11 @@
 //! broker. A retry republishes the message with its attempt raised (to the rung queue for a
 //! broker wait, to the source queue after a consumer wait) and then acknowledges the original;
 //! a message given up on is republished into `Q.dlq` or `Q.parked` with `x-acemq-error`, then
-//! acknowledged. Every republish is mandatory and confirmed; when one fails, the delivery goes
-//! back to the broker (`nack` with requeue) instead of being lost.
+//! acknowledged. Every republish is mandatory and confirmed. One that does not land
+//! (unroutable, refused, unconfirmed) is published again after a backoff while the delivery is
+//! held, until it lands: never acknowledged into nothing, and never requeued, which would
+//! redeliver it at once in a loop and, on a quorum queue, spend its delivery limit. Only the
+//! drain deadline gives a held delivery back to the broker (`nack` with requeue).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +21,17 @@ use crate::contract::{headers, topology};
 use crate::runtime::connection::Shared;
 use crate::runtime::telemetry::{ConsumeMetrics, ConsumeResult};
 
-/// How long a republish waits for its confirm before the delivery is given back.
+/// How long a republish waits for its confirm before it counts as not landed.
 const REPUBLISH_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The wait before a republish that did not land is tried again; doubled after each further
+/// miss, up to [`MOVE_BACKOFF_MAX`].
+const MOVE_BACKOFF_FIRST: Duration = Duration::from_millis(100);
+
+/// The longest wait between two tries of a republish that does not land: a missing queue
+/// costs the broker two publishes a minute per held delivery, and a queue declared meanwhile
+/// receives the message within this long.
+const MOVE_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// A delivery the engine may republish and must settle.
 pub(crate) struct Held {
@@ -95,24 +107,25 @@ impl Engine {
                     self.metrics.rung_missing(&rung);
                     delay = self.policy.jittered(wait.scheduled(), &mut rand::rng());
                 }
-                Republished::Failed(reason) => return self.give_back(held, &rung, &reason).await,
+                Republished::Failed(reason) => {
+                    return self
+                        .land(
+                            held,
+                            &rung,
+                            properties,
+                            ConsumeResult::Retried,
+                            Some(reason),
+                        )
+                        .await;
+                }
             }
         }
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = self.abort.cancelled() => return self.give_back(held, &self.queue, "drain deadline reached during a retry wait").await,
         }
-        match self
-            .republish(&self.queue, properties, held.body.clone())
+        self.land(held, &self.queue, properties, ConsumeResult::Retried, None)
             .await
-        {
-            Republished::Routed => self.settle(held, ConsumeResult::Retried).await,
-            Republished::Unroutable => {
-                self.give_back(held, &self.queue, "the source queue is gone")
-                    .await
-            }
-            Republished::Failed(reason) => self.give_back(held, &self.queue, &reason).await,
-        }
     }
 
     /// Into `Q.dlq` with `x-acemq-error = reason`, counted as `result` (`dead_lettered` when
@@ -151,14 +164,8 @@ impl Engine {
             FieldValue::from(format!("could not be decoded: {reason}").as_str()),
         );
         tracing::warn!(queue = %self.queue, %reason, "undecodable message parked");
-        match self.republish(&target, properties, held.body.clone()).await {
-            Republished::Routed => self.settle(held, ConsumeResult::Parked).await,
-            Republished::Unroutable => {
-                self.give_back(held, &target, "the parking queue is gone")
-                    .await
-            }
-            Republished::Failed(why) => self.give_back(held, &target, &why).await,
-        }
+        self.land(held, &target, properties, ConsumeResult::Parked, None)
+            .await
     }
 
     /// Acknowledges after the handler accepted, or after a confirmed republish.
@@ -170,11 +177,10 @@ impl Engine {
         result
     }
 
-    /// Gives the delivery back to the broker (requeued, the attempt unchanged) because moving
-    /// it to `target` failed.
+    /// Gives the delivery back to the broker (requeued, the attempt unchanged) because the
+    /// drain deadline came before it could be moved to `target`.
     pub(crate) async fn give_back(&self, held: &Held, target: &str, reason: &str) -> ConsumeResult {
         tracing::error!(queue = %self.queue, %target, %reason, "could not move the message; giving it back to the broker");
-        self.metrics.set_aside_failed(target);
         if let Err(error) = held.acker.nack(true).await {
             tracing::debug!(queue = %self.queue, %error, "requeue not delivered; the broker will redeliver");
         }
@@ -202,10 +208,48 @@ impl Engine {
             }
         }
         tracing::warn!(queue = %self.queue, %target, %reason, id = envelope.id(), "message set aside");
-        match self.republish(target, properties, held.body.clone()).await {
-            Republished::Routed => self.settle(held, result).await,
-            Republished::Unroutable => self.give_back(held, target, "the queue is gone").await,
-            Republished::Failed(why) => self.give_back(held, target, &why).await,
+        self.land(held, target, properties, result, None).await
+    }
+
+    /// Republishes the held delivery's body with `properties` into `target` until the broker
+    /// routes and confirms it, then acknowledges the delivery and reports `result`. `missed`
+    /// is why a try already made did not land. Each miss is counted
+    /// (`acemq.messages.set.aside.failed`) and followed by a backoff, the delivery held
+    /// meanwhile; the drain deadline gives it back to the broker instead.
+    ///
+    /// Held rather than given back without requeue, as Python does so that the source queue's
+    /// own dead-letter arguments catch it: the consumer cannot tell whether the source queue
+    /// has them, and where it does they route through `acemq.dlx` to `Q.dlq`, so a copy that
+    /// missed a `Q.dlq` that is not there would be dropped by the broker.
+    async fn land(
+        &self,
+        held: &Held,
+        target: &str,
+        properties: Properties,
+        result: ConsumeResult,
+        mut missed: Option<String>,
+    ) -> ConsumeResult {
+        let mut backoff = MOVE_BACKOFF_FIRST;
+        loop {
+            if let Some(reason) = missed.take() {
+                tracing::error!(queue = %self.queue, %target, %reason, retry_in = ?backoff, "could not move the message; holding it and trying again");
+                self.metrics.set_aside_failed(target);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = self.abort.cancelled() => {
+                        return self.give_back(held, target, "drain deadline reached before the message could be moved").await;
+                    }
+                }
+                backoff = (backoff * 2).min(MOVE_BACKOFF_MAX);
+            }
+            missed = match self
+                .republish(target, properties.clone(), held.body.clone())
+                .await
+            {
+                Republished::Routed => return self.settle(held, result).await,
+                Republished::Unroutable => Some(format!("no queue `{target}`")),
+                Republished::Failed(why) => Some(why),
+            };
         }
     }
 

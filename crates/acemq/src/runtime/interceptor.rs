@@ -1,11 +1,10 @@
 //! Interceptors: code that runs around every publish and every handled delivery of a
 //! connection, in registration order (the `after` half in reverse).
 
+pub use polyq_runtime::BoxError;
+
 use crate::Envelope;
 use crate::runtime::consumer::Outcome;
-
-/// An error an interceptor returns.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One message about to be published, as a publish interceptor sees it.
 #[derive(Debug)]
@@ -39,7 +38,7 @@ impl PublishContext<'_> {
 }
 
 /// Runs before every publish of a connection, before the payload is encoded. Returning an
-/// error refuses the publish: `send` fails with
+/// error (or panicking) refuses the publish: `send` fails with
 /// [`RuntimeError::Refused`](crate::RuntimeError::Refused) and nothing reaches the broker.
 ///
 /// ```
@@ -62,10 +61,13 @@ pub trait PublishInterceptor: Send + Sync + 'static {
 
 /// Runs around every handled delivery of a connection's consumers: `before_handle` in
 /// registration order before the handler, `after_handle` in reverse order after it, for every
-/// interceptor whose `before_handle` ran, whatever the outcome.
+/// interceptor whose `before_handle` passed, whatever the outcome.
 ///
-/// A failing `before_handle` fails the delivery as a handler error would: the handler does not
-/// run and the message takes the retry path.
+/// A failing (or panicking) `before_handle` fails the delivery as a handler error would: the
+/// later interceptors and the handler do not run, and the message takes the retry path (retried
+/// while the policy allows, then `Q.dlq`).
+///
+/// `after_handle` observes: a panic there is logged and the next interceptor still runs.
 pub trait ConsumeInterceptor: Send + Sync + 'static {
     /// Before the handler; an error fails the delivery.
     fn before_handle(&self, queue: &str, envelope: &Envelope) -> Result<(), BoxError> {

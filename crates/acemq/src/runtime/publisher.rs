@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
 use polyq_amqp::{OutgoingMessage, Properties, PublishOutcome};
+use polyq_runtime::Refusal;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Span;
 
@@ -364,16 +365,23 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
             routing_key: &inner.routing_key,
             envelope,
         };
-        for interceptor in interceptors {
-            interceptor
-                .before_publish(&mut context)
-                .map_err(|reason| RuntimeError::Refused {
-                    exchange: inner.exchange.clone(),
-                    routing_key: inner.routing_key.clone(),
-                    reason: reason.to_string(),
-                })?;
-        }
-        Ok(context.envelope)
+        // Publish interceptors have no `after` half: the chain's refusal is all there is to see.
+        let refusal = interceptors
+            .before(|interceptor| interceptor.before_publish(&mut context))
+            .refusal;
+        let reason = match refusal {
+            None => return Ok(context.envelope),
+            Some(Refusal::Refused { error, .. }) => error.to_string(),
+            Some(Refusal::Panicked { interceptor, panic }) => {
+                tracing::error!(exchange = %inner.exchange, routing_key = %inner.routing_key, interceptor, message = %panic, "a publish interceptor panicked; the publish is refused");
+                format!("`{interceptor}` panicked: {panic}")
+            }
+        };
+        Err(RuntimeError::Refused {
+            exchange: inner.exchange.clone(),
+            routing_key: inner.routing_key.clone(),
+            reason,
+        })
     }
 }
 

@@ -21,8 +21,16 @@ pub const PUBLISH_DURATION: &str = "acemq.publish.duration";
 pub const PUBLISH_TOTAL: &str = "acemq.publish.total";
 /// Handling time of a delivery, by outcome.
 pub const CONSUME_DURATION: &str = "acemq.consume.duration";
-/// Handled deliveries, by outcome `acked`, `retried`, `dead_lettered`, `rejected` or `parked`.
+/// Handled deliveries, by outcome `acked`, `retried`, `dead_lettered` or `rejected`: exactly
+/// the reference's set, so that dashboards built for the Java library read these numbers.
+/// Deliveries that ended otherwise are on [`POLYQ_CONSUME_TOTAL`].
 pub const CONSUME_TOTAL: &str = "acemq.consume.total";
+/// polyq's own: deliveries that ended in an outcome the reference's consume meters do not
+/// have, by outcome `parked` (a handler park, or an undecodable body, into `.parked`) or
+/// `failed` (given back to the broker at a drain deadline).
+pub const POLYQ_CONSUME_TOTAL: &str = "polyq.acemq.consume.total";
+/// polyq's own: handling time of the deliveries counted by [`POLYQ_CONSUME_TOTAL`], by outcome.
+pub const POLYQ_CONSUME_DURATION: &str = "polyq.acemq.consume.duration";
 /// The attempt number of each handled delivery.
 pub const CONSUME_ATTEMPTS: &str = "acemq.consume.attempts";
 /// Deliveries being handled now.
@@ -31,8 +39,8 @@ pub const CONSUME_IN_FLIGHT: &str = "acemq.consume.in.flight";
 pub const MESSAGES_RETRIED_TOTAL: &str = "acemq.messages.retried.total";
 /// Messages set aside, by outcome `dead_lettered` (into `.dlq`) or `parked` (into `.parked`).
 pub const MESSAGES_DEAD_LETTERED_TOTAL: &str = "acemq.messages.dead.lettered.total";
-/// Set-asides (or retry republishes) that failed and gave the delivery back, by `queue` and
-/// `target`.
+/// Set-asides (or retry republishes) that did not land and will be tried again, one per miss,
+/// by `queue` and `target`.
 pub const MESSAGES_SET_ASIDE_FAILED: &str = "acemq.messages.set.aside.failed";
 /// Broker waits that found no rung queue and fell back to a consumer wait, by `queue` and
 /// `rung`.
@@ -205,7 +213,8 @@ pub(crate) enum ConsumeResult {
     DeadLettered,
     Rejected,
     Parked,
-    /// The delivery went back to the broker (a failed set-aside or an interrupted handler).
+    /// The delivery went back to the broker: the drain deadline interrupted its handler, its
+    /// retry wait, or a move that had not landed yet.
     Failed,
 }
 
@@ -222,21 +231,23 @@ impl ConsumeResult {
     }
 }
 
-const CONSUME_RESULTS: [ConsumeResult; 6] = [
+/// The outcomes of the reference's `acemq.consume.*` meters.
+const REFERENCE_RESULTS: [ConsumeResult; 4] = [
     ConsumeResult::Acked,
     ConsumeResult::Retried,
     ConsumeResult::DeadLettered,
     ConsumeResult::Rejected,
-    ConsumeResult::Parked,
-    ConsumeResult::Failed,
 ];
+
+/// The outcomes only polyq has, on `polyq.acemq.consume.*`.
+const POLYQ_RESULTS: [ConsumeResult; 2] = [ConsumeResult::Parked, ConsumeResult::Failed];
 
 /// One consumer's meters.
 pub(crate) struct ConsumeMetrics {
     queue: String,
     transport: &'static str,
-    totals: [Counter; 6],
-    durations: [Histogram; 6],
+    reference: OutcomeMeters<4>,
+    polyq: OutcomeMeters<2>,
     attempts: Histogram,
     in_flight: Gauge,
     retried: Counter,
@@ -257,9 +268,18 @@ impl ConsumeMetrics {
         Self {
             queue: queue.to_owned(),
             transport,
-            totals: CONSUME_RESULTS.map(|r| counter!(CONSUME_TOTAL, &with("outcome", r.as_str()))),
-            durations: CONSUME_RESULTS
-                .map(|r| histogram!(CONSUME_DURATION, &with("outcome", r.as_str()))),
+            reference: OutcomeMeters::new(
+                CONSUME_TOTAL,
+                CONSUME_DURATION,
+                &base,
+                REFERENCE_RESULTS.map(ConsumeResult::as_str),
+            ),
+            polyq: OutcomeMeters::new(
+                POLYQ_CONSUME_TOTAL,
+                POLYQ_CONSUME_DURATION,
+                &base,
+                POLYQ_RESULTS.map(ConsumeResult::as_str),
+            ),
             attempts: histogram!(CONSUME_ATTEMPTS, &base),
             in_flight: gauge!(CONSUME_IN_FLIGHT, &base),
             retried: counter!(MESSAGES_RETRIED_TOTAL, &base),
@@ -278,12 +298,12 @@ impl ConsumeMetrics {
 
     pub(crate) fn finished(&self, result: ConsumeResult, seconds: f64) {
         self.in_flight.decrement(1.0);
-        let index = CONSUME_RESULTS
-            .iter()
-            .position(|r| *r == result)
-            .unwrap_or_default();
-        self.totals[index].increment(1);
-        self.durations[index].record(seconds);
+        let position = |results: &[ConsumeResult]| results.iter().position(|r| *r == result);
+        if let Some(index) = position(&REFERENCE_RESULTS) {
+            self.reference.record(index, seconds);
+        } else if let Some(index) = position(&POLYQ_RESULTS) {
+            self.polyq.record(index, seconds);
+        }
         match result {
             ConsumeResult::Retried => self.retried.increment(1),
             ConsumeResult::DeadLettered | ConsumeResult::Rejected => {
@@ -294,7 +314,7 @@ impl ConsumeMetrics {
         }
     }
 
-    /// A set-aside or retry republish into `target` failed; rare, so registered on use.
+    /// A set-aside or retry republish into `target` did not land; rare, so registered on use.
     pub(crate) fn set_aside_failed(&self, target: &str) {
         counter!(
             MESSAGES_SET_ASIDE_FAILED,

@@ -1,13 +1,13 @@
 //! The dispatch loop of one consumer: deliveries to handler tasks, at most `concurrency` at
 //! once, pause and resume, and the drain.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, StreamExt};
 use polyq_amqp::{ConsumeOptions, Delivery};
+use polyq_runtime::Refusal;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -47,6 +47,16 @@ pub(super) enum Control {
 enum Ended {
     Finished,
     Interrupted,
+}
+
+impl Ended {
+    /// The engine gives a delivery back only when the drain deadline interrupted it.
+    fn after(result: ConsumeResult) -> Ended {
+        match result {
+            ConsumeResult::Failed => Ended::Interrupted,
+            _ => Ended::Finished,
+        }
+    }
 }
 
 /// Runs until asked to drain (or until the handle is dropped), then drains. While paused, or
@@ -221,7 +231,7 @@ impl<T: Send + 'static> Worker<T> {
             Err(reason) => {
                 let result = self.engine.park_undecodable(&held, &reason).await;
                 metrics.finished(result, started.elapsed().as_secs_f64());
-                return Ended::Finished;
+                return Ended::after(result);
             }
         };
 
@@ -276,36 +286,32 @@ impl<T: Send + 'static> Worker<T> {
         };
         telemetry::record_outcome(&span, result.as_str());
         metrics.finished(result, started.elapsed().as_secs_f64());
-        Ended::Finished
+        Ended::after(result)
     }
 
-    /// Interceptors around the handler; a panic anywhere in the handler is caught.
+    /// Interceptors around the handler; a panic in any of them or in the handler is caught.
     async fn run_handler(&self, message: Message<T>, envelope: &Envelope) -> Verdict {
         let interceptors = &self.mq.shared.consume_interceptors;
-        let mut before_ran = 0;
-        let mut failed = None;
-        for interceptor in interceptors {
-            match interceptor.before_handle(&self.queue, envelope) {
-                Ok(()) => before_ran += 1,
-                Err(error) => {
-                    failed = Some(HandlerError::from(error));
-                    break;
-                }
+        let before =
+            interceptors.before(|interceptor| interceptor.before_handle(&self.queue, envelope));
+        let verdict = match before.refusal {
+            Some(Refusal::Refused { error, .. }) => {
+                Verdict::Handled(Outcome::Retry(HandlerError::from(error)))
             }
-        }
-        let verdict = match failed {
-            Some(error) => Verdict::Handled(Outcome::Retry(error)),
-            None => {
-                let handled = AssertUnwindSafe(async { (self.handler)(message).await })
-                    .catch_unwind()
-                    .await;
-                match handled {
-                    Ok(outcome) => Verdict::Handled(outcome),
-                    Err(panic) => Verdict::Panicked(panic_message(panic.as_ref())),
-                }
+            // A failure like a refusal, so it takes the retry path rather than ending the task.
+            Some(Refusal::Panicked { interceptor, panic }) => {
+                tracing::error!(queue = %self.queue, interceptor, message = %panic, "a consume interceptor panicked before the handler; the delivery fails");
+                Verdict::Handled(Outcome::Retry(HandlerError::from(format!(
+                    "the consume interceptor `{interceptor}` panicked: {panic}"
+                ))))
             }
+            None => match polyq_runtime::catch_panic(async { (self.handler)(message).await }).await
+            {
+                Ok(outcome) => Verdict::Handled(outcome),
+                Err(panic) => Verdict::Panicked(panic.into_message()),
+            },
         };
-        if before_ran > 0 {
+        if before.passed > 0 {
             let panicked;
             let seen = match &verdict {
                 Verdict::Handled(outcome) => outcome,
@@ -316,9 +322,13 @@ impl<T: Send + 'static> Worker<T> {
                     &panicked
                 }
             };
-            for interceptor in interceptors[..before_ran].iter().rev() {
-                interceptor.after_handle(&self.queue, envelope, seen);
-            }
+            interceptors.after(
+                before.passed,
+                |interceptor| interceptor.after_handle(&self.queue, envelope, seen),
+                |interceptor, panic| {
+                    tracing::error!(queue = %self.queue, interceptor, message = %panic, "a consume interceptor panicked after the handler; ignored");
+                },
+            );
         }
         verdict
     }
@@ -328,12 +338,4 @@ impl<T: Send + 'static> Worker<T> {
 enum Verdict {
     Handled(Outcome),
     Panicked(String),
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -6,7 +6,11 @@
 //! runs, and its [`Outcome`] decides: accept → ack; retry → the retry policy (consumer wait or
 //! broker rung, then republish with the attempt raised, then ack; or `Q.dlq` once it gives up);
 //! reject → `Q.dlq`; park → `Q.parked`. The delivery is acknowledged only after the handler
-//! finished. A panicking handler is caught and its message rejected into `Q.dlq`.
+//! finished. A panicking handler is caught and its message rejected into `Q.dlq`; a panicking
+//! consume interceptor fails the delivery as its error would (the retry path).
+//!
+//! [`Consumer::drain_on`] stops a consumer on the same [`Shutdown`] signal the BabelQueue worker
+//! takes, [`Shutdown::on_signals`] for SIGINT and SIGTERM.
 
 mod dispatch;
 mod handler;
@@ -24,6 +28,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use handler::{HandlerError, IntoOutcome, Message, Outcome};
+pub use polyq_runtime::Shutdown;
 
 use crate::contract::codec::{Decode, Decoders};
 use crate::contract::retry::RetryPolicy;
@@ -185,7 +190,7 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
                 queue,
                 metrics: ConsumeMetrics::new(&self.queue, self.mq.shared.transport),
                 policy: self.policy,
-                abort,
+                abort: abort.clone(),
             },
         });
         let stream = worker.subscribe().await?;
@@ -197,6 +202,7 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
             control,
             task: Some(task),
             in_flight,
+            abort,
         })
     }
 
@@ -237,8 +243,9 @@ async fn declare(client: &polyq_amqp::Client, plan: &TopologyPlan) -> Result<(),
 }
 
 /// A running consumer. [`Consumer::pause`] and [`Consumer::resume`] stop and restart its
-/// subscription; stop it for good with [`Consumer::drain`]. Dropping it drains in the
-/// background with a [`DROP_DRAIN_TIMEOUT`] deadline.
+/// subscription; stop it for good with [`Consumer::drain`], or with [`Consumer::drain_on`] when
+/// a [`Shutdown`] asks. Dropping it drains in the background with a [`DROP_DRAIN_TIMEOUT`]
+/// deadline.
 #[must_use = "dropping a consumer stops it"]
 pub struct Consumer {
     queue: String,
@@ -246,6 +253,8 @@ pub struct Consumer {
     control: mpsc::UnboundedSender<dispatch::Control>,
     task: Option<JoinHandle<DrainReport>>,
     in_flight: Arc<AtomicUsize>,
+    /// Cancelled, it interrupts the running handlers (the drain deadline, an immediate stop).
+    abort: CancellationToken,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -341,6 +350,55 @@ impl Consumer {
                 ..DrainReport::default()
             }),
             None => DrainReport::default(),
+        }
+    }
+
+    /// Runs until `shutdown` asks for a stop, then drains as [`Consumer::drain`] does, letting
+    /// running handlers finish for up to `timeout`. An immediate stop ([`Shutdown::stop_now`],
+    /// or the second signal of [`Shutdown::on_signals`]) interrupts them at once and gives
+    /// their deliveries back, as the deadline would. The BabelQueue worker stops on the same
+    /// signal.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use acemq::{AceMq, Message, Shutdown};
+    /// use polyq_amqp::QueueSpec;
+    ///
+    /// let mq = AceMq::connect("memory://doc-drain-on").await?;
+    /// mq.client().declare_queue(&QueueSpec::new("emails")).await?;
+    /// let consumer = mq
+    ///     .consume("emails", |message: Message<String>| async move {
+    ///         println!("sending {}", message.payload());
+    ///     })
+    ///     .await?;
+    ///
+    /// // In a service: `Shutdown::on_signals()`, stopped by SIGINT or SIGTERM.
+    /// let shutdown = Shutdown::new();
+    /// let running = tokio::spawn({
+    ///     let shutdown = shutdown.clone();
+    ///     async move { consumer.drain_on(&shutdown, Duration::from_secs(30)).await }
+    /// });
+    /// shutdown.stop();
+    /// assert!(running.await?.is_clean());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn drain_on(self, shutdown: &Shutdown, timeout: Duration) -> DrainReport {
+        shutdown.stopping().await;
+        let abort = self.abort.clone();
+        let drained = self.drain(timeout);
+        tokio::pin!(drained);
+        tokio::select! {
+            // The drain is polled first, so the dispatcher has been told to stop taking
+            // deliveries before an immediate stop interrupts what runs.
+            biased;
+            report = &mut drained => report,
+            () = shutdown.stopping_now() => {
+                abort.cancel();
+                drained.await
+            }
         }
     }
 }

@@ -1,15 +1,17 @@
-//! Stopping a worker: gracefully (finish what is in flight) or at once.
+//! Stopping a worker or a consumer: gracefully (finish what is in flight) or at once.
 
 use tokio_util::sync::CancellationToken;
 
-/// A stop request shared by a worker and whoever stops it. Cheap to clone.
+/// A stop request shared by a worker (or consumer) and whoever stops it. Cheap to clone.
 ///
 /// [`Shutdown::stop`] asks for a graceful stop: no new message is taken, in-flight handlers run
-/// to completion for up to the worker's shutdown timeout, then what is left is released back to
+/// to completion for up to the runtime's shutdown timeout, then what is left is released back to
 /// the broker unchanged. [`Shutdown::stop_now`] ends the wait at once.
 ///
+/// `babelqueue::worker::Worker::run` and `acemq::Consumer::drain_on` take it.
+///
 /// ```
-/// let shutdown = babelqueue::worker::Shutdown::new();
+/// let shutdown = polyq_runtime::Shutdown::new();
 /// assert!(!shutdown.is_stopping());
 /// shutdown.stop();
 /// assert!(shutdown.is_stopping());
