@@ -49,6 +49,10 @@
 //!   carried JSON slip).
 //! - [`provenance`]: the origin a publisher stamps.
 //!
+//! Beside them, [`inspect`] (`inspect.rs`, pure as well) maps a message to the operator's view,
+//! the envelope and decoded payload beside the wire message, and envelope fields back to a wire
+//! message, as `polyq acemq decode`, `encode` and `peek` print them.
+//!
 //! ## `runtime/`: the contract carried out against a broker
 //!
 //! Bytes meet the broker in `polyq-amqp`: its [`Client`](polyq_amqp::Client) (reached through
@@ -111,6 +115,7 @@
 
 mod contract;
 mod error;
+pub mod inspect;
 pub mod patterns;
 mod runtime;
 mod runtime_error;
