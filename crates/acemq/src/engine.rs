@@ -220,7 +220,7 @@ impl Engine {
             Ok(PublishOutcome::Acked) => Republished::Routed,
             Ok(PublishOutcome::Returned(_)) => Republished::Unroutable,
             Ok(PublishOutcome::Nacked) => Republished::Failed("the broker refused it".to_owned()),
-            Err(reason) => Republished::Failed(reason),
+            Err(error) => Republished::Failed(polyq_amqp::error_chain(&error)),
         }
     }
 }

@@ -17,8 +17,8 @@ use tracing::Span;
 
 use crate::codec::{Encode, Json};
 use crate::connection::AceMq;
+use crate::error::RuntimeError;
 use crate::interceptor::PublishContext;
-use crate::runtime_error::RuntimeError;
 use crate::telemetry::{self, PublishMetrics, PublishResult};
 use crate::{Envelope, headers, provenance, wire};
 

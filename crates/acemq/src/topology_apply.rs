@@ -39,7 +39,7 @@
 use polyq_amqp::{Binding, Client, Error as AmqpError, ExchangeSpec, QueueSpec};
 use serde::Serialize;
 
-use crate::runtime_error::RuntimeError;
+use crate::error::RuntimeError;
 use crate::topology::TopologyPlan;
 
 /// What kind of object an [`Item`] is about.
@@ -283,10 +283,11 @@ fn refused(error: AmqpError) -> Result<(Applied, Option<String>), RuntimeError> 
         AmqpError::NotFound { .. }
         | AmqpError::AccessRefused { .. }
         | AmqpError::Protocol { .. }
+        | AmqpError::Client { .. }
         | AmqpError::Invalid { .. } => Applied::Refused,
         _ => return Err(error.into()),
     };
-    Ok((state, Some(error.to_string())))
+    Ok((state, Some(polyq_amqp::error_chain(&error))))
 }
 
 fn binding_name(binding: &Binding) -> String {

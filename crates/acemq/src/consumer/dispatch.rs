@@ -18,7 +18,7 @@ use crate::Envelope;
 use crate::codec::Decoders;
 use crate::connection::AceMq;
 use crate::engine::{Engine, Held};
-use crate::runtime_error::RuntimeError;
+use crate::error::RuntimeError;
 use crate::telemetry::{self, ConsumeResult};
 
 /// What the handler tasks of one consumer share.

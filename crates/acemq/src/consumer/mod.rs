@@ -28,8 +28,8 @@ pub use handler::{HandlerError, IntoOutcome, Message, Outcome};
 use crate::codec::{Decode, Decoders};
 use crate::connection::AceMq;
 use crate::engine::Engine;
+use crate::error::RuntimeError;
 use crate::retry::RetryPolicy;
-use crate::runtime_error::RuntimeError;
 use crate::telemetry::ConsumeMetrics;
 use crate::topology::TopologyPlan;
 
