@@ -185,8 +185,7 @@ async fn zero_outstanding_confirms_is_refused_as_a_configuration_error() {
         .max_outstanding_confirms(0)
         .connect()
         .await
-        .err()
-        .expect("a window of no confirms is refused");
+        .expect_err("a window of no confirms is refused");
     assert!(
         matches!(
             &error,
