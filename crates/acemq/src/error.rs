@@ -238,10 +238,11 @@ impl RuntimeError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn unavailable() -> polyq_amqp::Error {
+    /// A transport failure of the connection, for the tests of the errors wrapping it.
+    pub(crate) fn unavailable() -> polyq_amqp::Error {
         polyq_amqp::Error::Unavailable {
             url: "amqp://broker".to_owned(),
             operation: "publish".to_owned(),

@@ -129,14 +129,7 @@ impl PatternError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn unavailable() -> polyq_amqp::Error {
-        polyq_amqp::Error::Unavailable {
-            url: "amqp://broker".to_owned(),
-            operation: "get from queue `q`".to_owned(),
-            waited_ms: 30_000,
-        }
-    }
+    use crate::error::tests::unavailable;
 
     #[test]
     fn a_transport_failure_reaches_callers_through_the_runtime_error() {
