@@ -164,7 +164,7 @@ impl Engine {
     pub(crate) async fn settle(&self, held: &Held, result: ConsumeResult) -> ConsumeResult {
         if let Err(error) = held.acker.ack().await {
             // A delivery from a channel that has since closed comes again: at least once.
-            tracing::debug!(queue = %self.queue, %error, "acknowledgement not delivered; the broker will redeliver");
+            tracing::debug!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "acknowledgement not delivered; the broker will redeliver");
         }
         result
     }
@@ -175,7 +175,7 @@ impl Engine {
         tracing::error!(queue = %self.queue, %target, %reason, "could not move the message; giving it back to the broker");
         self.metrics.set_aside_failed(target);
         if let Err(error) = held.acker.nack(true).await {
-            tracing::debug!(queue = %self.queue, %error, "requeue not delivered; the broker will redeliver");
+            tracing::debug!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "requeue not delivered; the broker will redeliver");
         }
         ConsumeResult::Failed
     }

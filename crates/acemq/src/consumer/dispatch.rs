@@ -89,7 +89,7 @@ pub(super) async fn run<T: Send + 'static>(
             },
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Err(error) = joined {
-                    tracing::error!(queue = %worker.queue, %error, "a consumer task failed");
+                    tracing::error!(queue = %worker.queue, error = %polyq_amqp::error_chain(&error), "a consumer task failed");
                 }
             }
             next = next_delivery(&mut subscribed), if tasks.len() < concurrency => match next {
@@ -100,7 +100,7 @@ pub(super) async fn run<T: Send + 'static>(
                 ended => {
                     report.ended = Some(match ended {
                         Some(Err(error)) => {
-                            tracing::error!(queue = %worker.queue, %error, "consumer stopped");
+                            tracing::error!(queue = %worker.queue, error = %polyq_amqp::error_chain(&error), "consumer stopped");
                             error.to_string()
                         }
                         _ => "the connection was closed".to_owned(),
@@ -150,7 +150,7 @@ fn note(joined: Result<Ended, tokio::task::JoinError>, report: &mut DrainReport)
         Ok(Ended::Interrupted) => report.interrupted += 1,
         // Handler panics are caught inside the task; this is a bug in the engine itself.
         Err(error) => {
-            tracing::error!(%error, "a consumer task failed");
+            tracing::error!(error = %polyq_amqp::error_chain(&error), "a consumer task failed");
             report.interrupted += 1;
         }
     }
@@ -177,12 +177,12 @@ impl<T: Send + 'static> Worker<T> {
             unhandled.push(delivery);
         }
         if let Err(error) = stream.cancel().await {
-            tracing::debug!(queue = %self.queue, %error, "cancelling the consumer failed; its channel closes instead");
+            tracing::debug!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "cancelling the consumer failed; its channel closes instead");
         }
         let returned = unhandled.len();
         for delivery in unhandled {
             if let Err(error) = delivery.nack(true).await {
-                tracing::debug!(queue = %self.queue, %error, "returning an unhandled delivery failed; the broker redelivers it");
+                tracing::debug!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "returning an unhandled delivery failed; the broker redelivers it");
             }
         }
         returned
