@@ -50,9 +50,9 @@ use polyq_amqp::{Binding, ExchangeKind, ExchangeSpec, FieldTable, QueueSpec};
 use serde_json::Value;
 
 use super::PatternError;
-use crate::consumer::{Consumer, ConsumerBuilder, HandlerError, Message, Outcome};
-use crate::headers::SHARED_PREFIX;
-use crate::telemetry::{PipelineRunMetrics, RunResult};
+use crate::contract::headers::SHARED_PREFIX;
+use crate::runtime::consumer::{Consumer, ConsumerBuilder, HandlerError, Message, Outcome};
+use crate::runtime::telemetry::{PipelineRunMetrics, RunResult};
 use crate::{AceMq, Envelope, RoutingSlip, RuntimeError};
 
 #[derive(Debug, Default)]
