@@ -282,7 +282,7 @@ pub async fn redrive<T: Transport>(
     let mut report = RedriveReport::default();
     let settled = settle_windows(transport, dlq, options, limit, window, &mut report).await;
     if let Err(error) = transport.unsubscribe(dlq).await {
-        warn!(dlq, %error, "could not hand back prefetched dead-letter messages");
+        warn!(dlq, error = %polyq_amqp::error_chain(&error), "could not hand back prefetched dead-letter messages");
     }
     if let Err(error) = settled {
         return Err(Error::Redrive {
@@ -389,13 +389,13 @@ async fn settle_window<T: Transport>(
                 item.action = RedriveAction::Redriven;
             }
             Some(Err(NotRedriven::Publish(error))) => {
-                warn!(dlq, message_id = %item.message_id, to = %item.to, %error, "could not redrive a message; it is restored");
+                warn!(dlq, message_id = %item.message_id, to = %item.to, error = %polyq_amqp::error_chain(&error), "could not redrive a message; it is restored");
                 item.action = RedriveAction::Failed;
                 first_error.get_or_insert(error);
                 restores.push(index);
             }
             Some(Err(NotRedriven::Ack(error))) => {
-                warn!(dlq, message_id = %item.message_id, %error, "redriven, but the dead-letter copy could not be acknowledged: a later redrive redrives it again");
+                warn!(dlq, message_id = %item.message_id, error = %polyq_amqp::error_chain(&error), "redriven, but the dead-letter copy could not be acknowledged: a later redrive redrives it again");
                 item.redriven = true;
                 item.action = RedriveAction::Failed;
                 first_error.get_or_insert(error);
@@ -407,7 +407,7 @@ async fn settle_window<T: Transport>(
     for (&index, moved) in restores.iter().zip(moved) {
         if let Err(error) = moved {
             let item = &mut items[index];
-            warn!(dlq, message_id = %item.message_id, %error, "could not restore a dead-letter message; the broker returns it when the reservation lapses");
+            warn!(dlq, message_id = %item.message_id, error = %polyq_amqp::error_chain(&error), "could not restore a dead-letter message; the broker returns it when the reservation lapses");
             item.action = RedriveAction::Failed;
             first_error.get_or_insert(error);
         }

@@ -214,9 +214,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Conformance { dir, redis_url } => {
-            let options = conformance::Options {
-                redis_url: Some(redis_url),
-            };
+            let options = conformance::Options::default().redis_url(redis_url);
             let summary = tokio::task::spawn_blocking(move || {
                 conformance::run(&dir, &options, &mut |case| match &case.outcome {
                     Ok(()) => println!("ok   {}", case.name),
