@@ -99,12 +99,39 @@ pub enum RuntimeError {
 
 impl RuntimeError {
     /// Whether the broker might have enqueued the message although the publish failed (a
-    /// timeout or a confirm lost with the connection): then publishing again may duplicate it.
+    /// timeout, a confirm lost with the connection, or a block of the connection that caught
+    /// the message already sent): then publishing again may duplicate it.
     pub fn may_have_been_published(&self) -> bool {
         matches!(
             self,
             RuntimeError::ConfirmTimeout { .. }
-                | RuntimeError::Transport(polyq_amqp::Error::Unconfirmed { .. })
+                | RuntimeError::Transport(
+                    polyq_amqp::Error::Unconfirmed { .. }
+                        | polyq_amqp::Error::Blocked {
+                            may_have_been_published: true,
+                            ..
+                        }
+                )
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked(may_have_been_published: bool) -> RuntimeError {
+        RuntimeError::Transport(polyq_amqp::Error::Blocked {
+            exchange: "orders".to_owned(),
+            reason: "low on memory".to_owned(),
+            waited_ms: 30_000,
+            may_have_been_published,
+        })
+    }
+
+    #[test]
+    fn a_blocked_publish_may_have_been_published_only_if_it_was_sent() {
+        assert!(blocked(true).may_have_been_published());
+        assert!(!blocked(false).may_have_been_published());
     }
 }

@@ -204,6 +204,7 @@ pub struct AceMqBuilder {
     client_name: String,
     max_outstanding_confirms: usize,
     recovery_wait: Duration,
+    blocked_timeout: Duration,
     tls: TlsOptions,
     publish_interceptors: Vec<Box<dyn PublishInterceptor>>,
     consume_interceptors: Vec<Box<dyn ConsumeInterceptor>>,
@@ -216,6 +217,7 @@ impl Default for AceMqBuilder {
             client_name: provenance::DEFAULT_CLIENT_NAME.to_owned(),
             max_outstanding_confirms: DEFAULT_MAX_OUTSTANDING_CONFIRMS,
             recovery_wait: Duration::from_secs(30),
+            blocked_timeout: ClientOptions::default().blocked_timeout,
             tls: TlsOptions::default(),
             publish_interceptors: Vec::new(),
             consume_interceptors: Vec::new(),
@@ -261,6 +263,15 @@ impl AceMqBuilder {
         self
     }
 
+    /// How long a publish waits while RabbitMQ blocks the connection (a memory or disk alarm)
+    /// before failing with [`polyq_amqp::Error::Blocked`], which names the broker's reason and
+    /// whether the message may have been published. Default 30 s, as in the Java library.
+    /// `memory://` never blocks.
+    pub fn blocked_timeout(mut self, timeout: Duration) -> Self {
+        self.blocked_timeout = timeout;
+        self
+    }
+
     /// The TLS settings of `amqps://`: authorities to trust beside the system's roots, a client
     /// certificate for a broker that verifies its clients. Default: neither. Connecting another
     /// URL with settings here fails.
@@ -298,6 +309,7 @@ impl AceMqBuilder {
         let options = ClientOptions::default()
             .connection_name(client_name.clone())
             .recovery_wait(self.recovery_wait)
+            .blocked_timeout(self.blocked_timeout)
             .tls(self.tls);
         let client = Client::connect_with(&self.url, options).await?;
         let transport = if client.url().starts_with("memory:") {
