@@ -217,7 +217,18 @@ fn answer(confirmation: lapin::Result<Confirmation>) -> Answer {
     }
 }
 
+/// Converts a return, logging it the way lapin's own line (which prints the body and headers,
+/// see [`crate::LAPIN_RETURN_LOG_OFF`]) does not: by where it went and why, never by content.
 fn neutral(returned: lapin::message::BasicReturnMessage) -> ReturnedMessage {
+    let properties = &returned.delivery.properties;
+    tracing::warn!(
+        exchange = returned.delivery.exchange.as_str(),
+        routing_key = returned.delivery.routing_key.as_str(),
+        reply_code = returned.reply_code,
+        reply_text = returned.reply_text.as_str(),
+        message_id = properties.message_id().as_ref().map(|id| id.as_str()),
+        "the broker returned a mandatory message"
+    );
     ReturnedMessage {
         reply_code: returned.reply_code,
         reply_text: returned.reply_text.as_str().to_owned(),
