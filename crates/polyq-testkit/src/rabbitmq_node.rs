@@ -55,9 +55,7 @@ impl OwnNode {
     /// # Panics
     /// When `rabbitmqctl` fails.
     pub fn ctl(&self, args: &[&str]) -> String {
-        let mut script_args = vec!["ctl", self.name.as_str()];
-        script_args.extend_from_slice(args);
-        run_script(&script_args)
+        self.try_ctl(args).unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// [`OwnNode::ctl`] that reports a failure instead of panicking, for cleanup that also runs
