@@ -4,6 +4,7 @@
 //! message naming the broker and its URL: a broker test never passes silently.
 
 pub mod rabbitmq;
+pub mod rabbitmq_node;
 pub mod tls;
 
 use std::net::{TcpStream, ToSocketAddrs};
