@@ -176,3 +176,25 @@ async fn send_all_reports_partial_failure(env: &'static Env) {
     assert_eq!(sent.len(), 2);
 }
 both!(send_all_reports_partial_failure);
+
+/// A bad option is a configuration error naming it, not a failure of the broker.
+#[tokio::test]
+async fn zero_outstanding_confirms_is_refused_as_a_configuration_error() {
+    let error = acemq::AceMq::builder()
+        .url("memory://acemq-config-error")
+        .max_outstanding_confirms(0)
+        .connect()
+        .await
+        .expect_err("a window of no confirms is refused");
+    assert!(
+        matches!(
+            &error,
+            RuntimeError::Config {
+                option: "max_outstanding_confirms",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(!error.is_transient(), "{error:?}");
+}

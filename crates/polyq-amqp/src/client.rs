@@ -16,8 +16,20 @@ use crate::message::{Delivery, OutgoingMessage, PublishOutcome};
 use crate::tls::TlsOptions;
 use crate::topology::{Binding, ExchangeSpec, QueueInfo, QueueSpec};
 
-/// Options shared by both implementations. Every setter documents its default.
+/// Options shared by both implementations. Every setter documents its default; start from
+/// [`ClientOptions::default`] (fields may be added, so the struct cannot be written out).
+///
+/// ```
+/// use std::time::Duration;
+/// use polyq_amqp::ClientOptions;
+///
+/// let options = ClientOptions::default()
+///     .connection_name("billing")
+///     .recovery_wait(Duration::from_secs(5));
+/// assert_eq!(options.connection_name, "billing");
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientOptions {
     /// Connection name shown by the broker's management tools. Default `polyq`.
     pub connection_name: String,
@@ -28,6 +40,10 @@ pub struct ClientOptions {
     pub reconnect_initial: Duration,
     /// Cap of the reconnect delay. Default 5 s.
     pub reconnect_max: Duration,
+    /// How long a publish waits while the broker blocks the connection (RabbitMQ's memory and
+    /// disk alarms) before failing with [`Error::Blocked`]. Default 30 s, as in the Java
+    /// library. The embedded broker has no alarms, so it never waits.
+    pub blocked_timeout: Duration,
     /// Trusted authorities and client certificate of an `amqps://` connection. Default: the
     /// system's roots, no client certificate.
     pub tls: TlsOptions,
@@ -40,6 +56,7 @@ impl Default for ClientOptions {
             recovery_wait: Duration::from_secs(30),
             reconnect_initial: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            blocked_timeout: Duration::from_secs(30),
             tls: TlsOptions::default(),
         }
     }
@@ -65,6 +82,12 @@ impl ClientOptions {
         self
     }
 
+    /// Sets how long a publish waits for the broker to unblock the connection (default 30 s).
+    pub fn blocked_timeout(mut self, timeout: Duration) -> Self {
+        self.blocked_timeout = timeout;
+        self
+    }
+
     /// Sets the TLS settings of `amqps://` (default [`TlsOptions::default`]). Connecting any
     /// other URL with settings here fails.
     pub fn tls(mut self, tls: TlsOptions) -> Self {
@@ -73,8 +96,17 @@ impl ClientOptions {
     }
 }
 
-/// Options of one consumer.
+/// Options of one consumer. Every setter documents its default; start from
+/// [`ConsumeOptions::default`] (fields may be added, so the struct cannot be written out).
+///
+/// ```
+/// use polyq_amqp::ConsumeOptions;
+///
+/// let options = ConsumeOptions::default().prefetch(10).exclusive(true);
+/// assert!(options.exclusive);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConsumeOptions {
     /// Most unacknowledged deliveries the broker hands this consumer at once. Default 50.
     pub prefetch: u16,
@@ -98,6 +130,18 @@ impl ConsumeOptions {
     /// Sets the prefetch window (default 50).
     pub fn prefetch(mut self, prefetch: u16) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets the consumer tag (default: the broker chooses one).
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    /// Refuses other consumers on the queue while this one consumes (default `false`).
+    pub fn exclusive(mut self, exclusive: bool) -> Self {
+        self.exclusive = exclusive;
         self
     }
 }

@@ -1,8 +1,64 @@
 //! One AMQP 0-9-1 model for polyq.
 //!
-//! The AceMQ and BabelQueue runtimes talk to brokers through this crate. It has two
-//! implementations chosen by URL: `amqp://` / `amqps://` over lapin (feature `amqp`), and
-//! `memory://`, an embedded in-process broker with the same semantics.
+//! The AceMQ and BabelQueue runtimes talk to brokers through this crate: it is where their bytes
+//! meet RabbitMQ or the embedded broker. [`Client`] has two implementations chosen by URL:
+//!
+//! - `amqp://` / `amqps://`: RabbitMQ over lapin (feature `amqp`, on by default). Every publishing
+//!   channel runs in confirm mode; a mandatory publish that comes back is attributed to its own
+//!   [`Confirm`]; a supervisor reconnects, declares the recorded topology again and resumes
+//!   consumers; [`Health`] carries the broker's blocked notice.
+//! - `memory://NAME`: the embedded in-process broker, with RabbitMQ's semantics for the subset
+//!   both families use (exchanges of every kind, bindings, durable and exclusive queues,
+//!   `x-message-ttl` with dead-letter exchanges and `x-death`, returns, confirms, prefetch, ack,
+//!   nack, requeue). Every `memory://NAME` in one process is the same broker.
+//!
+//! ```
+//! use polyq_amqp::{Client, OutgoingMessage, Properties, PublishOutcome, QueueSpec};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let client = Client::connect("memory://crate-docs").await?;
+//! client.declare_queue(&QueueSpec::new("orders")).await?;
+//! let message = OutgoingMessage::new("", "orders", Properties::default().persistent(), "{}");
+//! assert_eq!(client.publish(message).await?.await?, PublishOutcome::Acked);
+//! let delivery = client.get("orders").await?.expect("the message just published");
+//! assert_eq!(&delivery.body[..], b"{}");
+//! delivery.ack().await?;
+//! # Ok::<(), polyq_amqp::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Map of the crate
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `client` | [`Client`], [`ClientOptions`], [`ConsumeOptions`], [`Confirm`], [`Acker`], [`Consumer`] |
+//! | `amqp` | RabbitMQ: session, recovery supervisor, confirm ledger, conversion to lapin types |
+//! | `memory` | the embedded broker: routing, queues, expiry and dead-lettering, limits |
+//! | [`message_json`] | the one JSON shape of a message on the `polyq` command line |
+//! | `topology`, `properties`, `value` | [`QueueSpec`], [`ExchangeSpec`], [`Binding`], [`Properties`], [`FieldValue`] |
+//! | `error` | [`Error`], with predicates a caller decides with |
+//!
+//! A longer example on the embedded broker, a retry rung and a dead-letter queue:
+//! `cargo run -p polyq-amqp --example embedded_broker`. How the two families use this crate:
+//! the `acemq` and `babelqueue` crate docs, and `docs/` in the repository.
+//!
+//! # Feature flags
+//!
+//! - `amqp` (default): `amqp://` and `amqps://` over lapin. Without it, only `memory://`.
+//!
+//! # Logging
+//!
+//! This crate logs through `tracing` by exchange, queue, routing key, ids and reply codes, never
+//! a message body or a header value, and never a password. lapin, underneath, logs every
+//! message the broker returns with its whole content (body bytes, headers) at `warn`, under the
+//! target `lapin::returned_messages`; a library cannot filter its application's subscriber, so
+//! add [`LAPIN_RETURN_LOG_OFF`] to yours. This crate logs each return itself, without content:
+//!
+//! ```
+//! let filter = tracing_subscriber::EnvFilter::new("warn")
+//!     .add_directive(polyq_amqp::LAPIN_RETURN_LOG_OFF.parse().expect("a valid directive"));
+//! # drop(filter);
+//! ```
 
 #[cfg(feature = "amqp")]
 mod amqp;
@@ -18,8 +74,13 @@ mod tls;
 mod topology;
 mod value;
 
+/// The `tracing` filter directive that silences lapin's log line for a returned message, which
+/// holds the message's body and header values: add it to the application's subscriber (see
+/// [Logging](crate#logging)).
+pub const LAPIN_RETURN_LOG_OFF: &str = "lapin::returned_messages=off";
+
 pub use client::{Acker, Client, ClientOptions, Confirm, ConsumeOptions, Consumer};
-pub use error::{Error, Result};
+pub use error::{Error, Result, SourceError, error_chain};
 pub use health::Health;
 pub use message::{Delivery, OutgoingMessage, PublishOutcome, ReturnedMessage};
 pub use message_json::MessageJson;

@@ -4,6 +4,7 @@
 //! message naming the broker and its URL: a broker test never passes silently.
 
 pub mod rabbitmq;
+pub mod rabbitmq_node;
 pub mod tls;
 
 use std::net::{TcpStream, ToSocketAddrs};
@@ -31,6 +32,21 @@ pub fn amqp_url() -> String {
 pub fn redis_url() -> String {
     let url = std::env::var("POLYQ_REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
     require_reachable("Redis", &url, 6379);
+    url
+}
+
+/// Default PostgreSQL URL (trust authentication, database `test`); override with
+/// `POLYQ_POSTGRES_URL`.
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The PostgreSQL URL for store tests, after checking that the server accepts TCP connections.
+///
+/// # Panics
+/// When the server cannot be reached, naming it and the URL (credentials hidden).
+pub fn postgres_url() -> String {
+    let url =
+        std::env::var("POLYQ_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned());
+    require_reachable("PostgreSQL", &url, 5432);
     url
 }
 

@@ -28,7 +28,7 @@ pub(crate) enum Outcome {
     DeadLettered,
     /// Put back unchanged (the `release` strategy, or a stop that could not wait).
     Released,
-    /// Acknowledged and dropped (the `delete` strategy).
+    /// Acknowledged and dropped (the `delete` strategy, or exhausted with dead-lettering off).
     Deleted,
     /// Settling failed; the message was handed back to the broker, or left for it to return.
     Unsettled,
@@ -152,7 +152,7 @@ impl<T: Transport> Context<T> {
             Ok(()) => {
                 if let Err(error) = self.transport.ack(receipt).await {
                     // The work is done: a lost ack means a redelivery, never a retry.
-                    warn!(queue = %self.queue, urn, %error, "ack after success failed; the broker may deliver the message again");
+                    warn!(queue = %self.queue, urn, error = %polyq_amqp::error_chain(&error), "ack after success failed; the broker may deliver the message again");
                 }
                 (Outcome::Succeeded, JobResult::Succeeded)
             }
@@ -168,7 +168,9 @@ impl<T: Transport> Context<T> {
                 let next = match outcome {
                     Outcome::Retried => AfterFailure::Retried,
                     Outcome::DeadLettered => AfterFailure::DeadLettered,
-                    // A failed job is retried, dead-lettered, or handed back when that failed.
+                    Outcome::Deleted => AfterFailure::Dropped,
+                    // A failed job is retried, dead-lettered, dropped, or handed back when that
+                    // failed.
                     _ => AfterFailure::HandedBack,
                 };
                 (outcome, JobResult::Failed { error, next })
@@ -239,10 +241,14 @@ impl<T: Transport> Context<T> {
             {
                 Ok(()) => Outcome::Retried,
                 Err(error) => {
-                    error!(queue = %self.queue, %error, "retry publish failed; the message was not acknowledged");
+                    error!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "retry publish failed; the message was not acknowledged");
                     self.hand_back(receipt, shutdown).await
                 }
             };
+        }
+        if !self.settings.dead_letter {
+            warn!(queue = %self.queue, attempts, error = %fault.failure.message, "attempts exhausted: dropping the message (dead-lettering off)");
+            return self.ack_dropped(receipt).await;
         }
         warn!(queue = %self.queue, attempts, error = %fault.failure.message, "attempts exhausted: dead-lettering");
         let block = self.block(fault.reason, &envelope, &fault.failure);
@@ -286,7 +292,7 @@ impl<T: Transport> Context<T> {
         error: &crate::Error,
         shutdown: &Shutdown,
     ) -> Outcome {
-        error!(queue = %self.queue, %error, "cannot re-encode the envelope; the message was not acknowledged");
+        error!(queue = %self.queue, error = %polyq_amqp::error_chain(error), "cannot re-encode the envelope; the message was not acknowledged");
         self.hand_back(receipt, shutdown).await
     }
 
@@ -325,7 +331,7 @@ impl<T: Transport> Context<T> {
                 error!(
                     queue = %self.queue,
                     dead_letter_queue = %self.dead_letter_queue,
-                    %error,
+                    error = %polyq_amqp::error_chain(&error),
                     "dead-letter write failed; the message was not acknowledged and comes back"
                 );
                 self.hand_back(receipt, shutdown).await
@@ -337,7 +343,7 @@ impl<T: Transport> Context<T> {
         match self.transport.ack(receipt).await {
             Ok(()) => Outcome::Deleted,
             Err(error) => {
-                warn!(queue = %self.queue, %error, "ack of a dropped message failed; it may come back");
+                warn!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "ack of a dropped message failed; it may come back");
                 Outcome::Unsettled
             }
         }
@@ -347,7 +353,7 @@ impl<T: Transport> Context<T> {
         match self.transport.release(receipt, delay).await {
             Ok(()) => Outcome::Released,
             Err(error) => {
-                error!(queue = %self.queue, %error, "release failed; the message was not acknowledged");
+                error!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "release failed; the message was not acknowledged");
                 self.hand_back(receipt, shutdown).await
             }
         }
@@ -362,7 +368,7 @@ impl<T: Transport> Context<T> {
             () = shutdown.stopping_now() => {}
         }
         if let Err(error) = self.transport.release(receipt, Duration::ZERO).await {
-            error!(queue = %self.queue, %error, "could not hand the message back either; the broker returns it when the reservation lapses");
+            error!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "could not hand the message back either; the broker returns it when the reservation lapses");
         }
         Outcome::Unsettled
     }

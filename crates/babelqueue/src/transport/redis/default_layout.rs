@@ -241,7 +241,7 @@ impl RedisTransport {
             )
             .await;
         if let Err(error) = put_back {
-            tracing::warn!(queue = %receipt.queue, %error, "could not put back a prefetched message; it returns when its deadline lapses");
+            tracing::warn!(queue = %receipt.queue, error = %polyq_amqp::error_chain(&error), "could not put back a prefetched message; it returns when its deadline lapses");
         }
     }
 
@@ -446,6 +446,11 @@ impl Transport for RedisTransport {
             self.put_back(&held.reserved.receipt, End::Head).await;
         }
         Ok(())
+    }
+
+    /// `<queue><dlq suffix>` ([`RedisOptions::dlq_suffix`]).
+    fn dead_letter_queue(&self, queue: &str) -> String {
+        self.inner.options.dead_letter_queue(queue)
     }
 
     async fn dead_letter(

@@ -1,7 +1,0 @@
-//! One module per command family; each parses its arguments and calls the library crates.
-
-pub(crate) mod acemq;
-pub(crate) mod babel;
-pub(crate) mod bench;
-pub(crate) mod connect;
-pub(crate) mod demo;
