@@ -62,4 +62,4 @@ async fn below_and_above_the_threshold(env: &'static Env) {
     round_trip(env, &queue, &on_disk, 10).await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
-both!(below_and_above_the_threshold);
+polyq_testkit::both_brokers!(below_and_above_the_threshold);

@@ -84,7 +84,7 @@ async fn three_steps_end_to_end(env: &'static Env) {
     assert_eq!((p.completed(), p.ended_early()), (1, 0));
     remove_exchange(env, &p).await;
 }
-both!(three_steps_end_to_end);
+polyq_testkit::both_brokers!(three_steps_end_to_end);
 
 async fn a_step_returning_nothing_ends_the_run_early(env: &'static Env) {
     let p = pipeline(env, ["check", "ship", "notify"]).await;
@@ -108,7 +108,7 @@ async fn a_step_returning_nothing_ends_the_run_early(env: &'static Env) {
     assert_eq!(env.count(&p.queue_of("ship")).await, 0);
     remove_exchange(env, &p).await;
 }
-both!(a_step_returning_nothing_ends_the_run_early);
+polyq_testkit::both_brokers!(a_step_returning_nothing_ends_the_run_early);
 
 async fn a_replayed_message_resumes_at_its_step(env: &'static Env) {
     let p = pipeline(env, ["receive", "enrich", "send"]).await;
@@ -184,4 +184,4 @@ async fn a_replayed_message_resumes_at_its_step(env: &'static Env) {
     }
     remove_exchange(env, &p).await;
 }
-both!(a_replayed_message_resumes_at_its_step);
+polyq_testkit::both_brokers!(a_replayed_message_resumes_at_its_step);

@@ -64,7 +64,7 @@ async fn drain_lets_the_running_handler_finish(env: &'static Env) {
     left.sort();
     assert_eq!(left, [&b"1"[..], b"2", b"3", b"4"]);
 }
-both!(drain_lets_the_running_handler_finish);
+polyq_testkit::both_brokers!(drain_lets_the_running_handler_finish);
 
 async fn drain_interrupts_at_the_deadline(env: &'static Env) {
     let queue = env.queue("drain-deadline").await;
@@ -97,4 +97,4 @@ async fn drain_interrupts_at_the_deadline(env: &'static Env) {
         "given back to the broker, not republished"
     );
 }
-both!(drain_interrupts_at_the_deadline);
+polyq_testkit::both_brokers!(drain_interrupts_at_the_deadline);

@@ -166,7 +166,7 @@ async fn outcomes_are_counted_with_java_names(env: &'static Env) {
         1
     );
 }
-both!(outcomes_are_counted_with_java_names);
+polyq_testkit::both_brokers!(outcomes_are_counted_with_java_names);
 
 async fn a_missing_rung_is_counted(env: &'static Env) {
     counters();
@@ -227,7 +227,7 @@ async fn a_missing_rung_is_counted(env: &'static Env) {
         1
     );
 }
-both!(a_missing_rung_is_counted);
+polyq_testkit::both_brokers!(a_missing_rung_is_counted);
 
 async fn a_failed_set_aside_gives_the_delivery_back(env: &'static Env) {
     counters();
@@ -274,7 +274,7 @@ async fn a_failed_set_aside_gives_the_delivery_back(env: &'static Env) {
         ) >= 1
     );
 }
-both!(a_failed_set_aside_gives_the_delivery_back);
+polyq_testkit::both_brokers!(a_failed_set_aside_gives_the_delivery_back);
 
 /// The `transport` tag of `env`'s connection.
 fn transport(env: &Env) -> &'static str {
@@ -327,7 +327,7 @@ async fn requests_are_counted_with_java_names(env: &'static Env) {
     assert!(responder.drain(LIMIT).await.is_clean());
     requester.close().await.unwrap();
 }
-both!(requests_are_counted_with_java_names);
+polyq_testkit::both_brokers!(requests_are_counted_with_java_names);
 
 async fn pipeline_runs_are_counted_with_java_names(env: &'static Env) {
     counters();
@@ -420,4 +420,4 @@ async fn pipeline_runs_are_counted_with_java_names(env: &'static Env) {
     assert_eq!((pipeline.completed(), pipeline.ended_early()), (1, 1));
     env.client().delete_exchange(pipeline.name()).await.unwrap();
 }
-both!(pipeline_runs_are_counted_with_java_names);
+polyq_testkit::both_brokers!(pipeline_runs_are_counted_with_java_names);

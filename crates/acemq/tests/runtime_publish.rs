@@ -79,7 +79,7 @@ async fn typed_round_trip(env: &'static Env) {
     assert!(report.is_clean(), "{report:?}");
     assert_eq!(env.count(&queue).await, 0, "both messages acknowledged");
 }
-both!(typed_round_trip);
+polyq_testkit::both_brokers!(typed_round_trip);
 
 async fn wire_properties_are_the_contract(env: &'static Env) {
     let queue = env.queue("wire").await;
@@ -108,7 +108,7 @@ async fn wire_properties_are_the_contract(env: &'static Env) {
     );
     assert_eq!(&delivery.body[..], br#"{"id":1,"item":"pen"}"#);
 }
-both!(wire_properties_are_the_contract);
+polyq_testkit::both_brokers!(wire_properties_are_the_contract);
 
 async fn unroutable_publish_is_an_error(env: &'static Env) {
     let key = polyq_testkit::unique_name("acemq.rt.nobody");
@@ -134,7 +134,7 @@ async fn unroutable_publish_is_an_error(env: &'static Env) {
         .await
         .expect("an unroutable message may be dropped when allowed");
 }
-both!(unroutable_publish_is_an_error);
+polyq_testkit::both_brokers!(unroutable_publish_is_an_error);
 
 async fn send_all_reports_partial_failure(env: &'static Env) {
     let name = polyq_testkit::unique_name("acemq.rt.bounded");
@@ -175,4 +175,4 @@ async fn send_all_reports_partial_failure(env: &'static Env) {
     let sent = publisher.send_all([6, 7]).await.expect("room again");
     assert_eq!(sent.len(), 2);
 }
-both!(send_all_reports_partial_failure);
+polyq_testkit::both_brokers!(send_all_reports_partial_failure);

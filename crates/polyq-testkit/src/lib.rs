@@ -3,6 +3,7 @@
 //! Broker tests talk to the real brokers. When a broker cannot be reached the test fails with a
 //! message naming the broker and its URL: a broker test never passes silently.
 
+pub mod brokers;
 pub mod rabbitmq;
 pub mod tls;
 
