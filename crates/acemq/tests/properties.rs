@@ -263,10 +263,7 @@ fn well_formed_stop() -> impl Strategy<Value = Value> {
 /// A stop whose fields are of any type, missing or null, beside keys no port writes; or not an
 /// object at all.
 fn any_stop() -> impl Strategy<Value = Value> {
-    let field = prop_oneof![
-        json_value(),
-        "[a-zA-Z]{1,10}".prop_map(Value::String),
-    ];
+    let field = prop_oneof![json_value(), "[a-zA-Z]{1,10}".prop_map(Value::String),];
     prop_oneof![
         4 => (vec(option::of(field), 4), btree_map("[a-z]{1,6}", json_value(), 0..2))
             .prop_map(|(fields, extra)| {

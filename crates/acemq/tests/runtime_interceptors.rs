@@ -127,7 +127,11 @@ async fn interceptors(env: &'static Env) {
     // The handled delivery's after-half may finish before or during the drain; nothing else
     // was delivered, so nothing is given back and nothing is cut short.
     assert!(drained.is_clean(), "{drained:?}");
-    assert_eq!((drained.returned, drained.interrupted), (0, 0), "{drained:?}");
+    assert_eq!(
+        (drained.returned, drained.interrupted),
+        (0, 0),
+        "{drained:?}"
+    );
     assert!(drained.completed <= 1, "{drained:?}");
     assert_eq!(
         *log.lock().unwrap(),

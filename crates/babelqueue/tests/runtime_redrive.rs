@@ -613,7 +613,10 @@ mod failed_ack {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn memory() {
-        an_ack_failing_after_its_publish_loses_nothing(&polyq_testkit::brokers::Broker::Memory.url()).await;
+        an_ack_failing_after_its_publish_loses_nothing(
+            &polyq_testkit::brokers::Broker::Memory.url(),
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

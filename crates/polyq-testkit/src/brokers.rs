@@ -102,9 +102,9 @@ impl TestBroker {
     /// # Panics
     /// When the broker refuses the connection.
     pub async fn connect(&self) -> Client {
-        let client = Client::connect(&self.url).await.unwrap_or_else(|e| {
-            panic!("connect to {}: {e}", polyq_amqp::redact_url(&self.url))
-        });
+        let client = Client::connect(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", polyq_amqp::redact_url(&self.url)));
         self.close_at_end(client.clone());
         client
     }

@@ -66,7 +66,8 @@ impl Env {
             .await
             .unwrap_or_else(|e| panic!("declare {}: {e}", spec.name));
         for related in [".dlq", ".parked", ".retry.1s", ".retry.500ms"] {
-            self.broker.remember_queue(format!("{}{related}", spec.name));
+            self.broker
+                .remember_queue(format!("{}{related}", spec.name));
         }
         self.broker.remember_queue(spec.name);
     }
