@@ -5,7 +5,10 @@
 
 pub mod brokers;
 pub mod rabbitmq;
+mod shared_fixtures;
 pub mod tls;
+
+pub use shared_fixtures::shared_fixtures;
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
