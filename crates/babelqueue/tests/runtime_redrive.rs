@@ -434,7 +434,7 @@ async fn delete(transport: &AnyTransport, name: &str, others: &[&str]) {
             }
         }
         #[cfg(feature = "redis")]
-        _ => runtime_support::delete_redis_keys(&polyq_testkit::redis_url(), name).await,
+        _ => polyq_testkit::brokers::delete_redis_keys(&polyq_testkit::redis_url(), name).await,
         #[cfg(not(feature = "redis"))]
         _ => {}
     }

@@ -1,4 +1,5 @@
-//! One test scenario, run on each broker: the embedded one (`memory://`) and RabbitMQ.
+//! One test scenario, run on each broker: the embedded one (`memory://`) and RabbitMQ, and
+//! Redis where the scenario speaks BabelQueue.
 //!
 //! A scenario is an async function taking a `&'static` fixture. [`run`] sets the fixture up on a
 //! fresh broker URL, runs the scenario, and removes what the scenario declared even when it
@@ -28,18 +29,22 @@ pub enum Broker {
     /// The RabbitMQ of `POLYQ_AMQP_URL` (see [`amqp_url`](crate::amqp_url)), shared with other
     /// tests: scenarios use unique names and remember what they declare.
     RabbitMq,
+    /// The Redis of `POLYQ_REDIS_URL` (see [`redis_url`](crate::redis_url)), shared likewise.
+    Redis,
 }
 
 impl Broker {
-    /// The URL a test connects to: a `memory://` broker no other test uses, or the RabbitMQ URL
-    /// after checking that the broker can be reached.
+    /// The URL a test connects to: a `memory://` broker no other test uses, or the RabbitMQ or
+    /// Redis URL after checking that the server can be reached.
     ///
     /// # Panics
-    /// When RabbitMQ cannot be reached (see [`amqp_url`](crate::amqp_url)).
+    /// When the server cannot be reached (see [`amqp_url`](crate::amqp_url),
+    /// [`redis_url`](crate::redis_url)).
     pub fn url(self) -> String {
         match self {
             Self::Memory => format!("memory://{}", crate::unique_name("polyq-test")),
             Self::RabbitMq => crate::amqp_url(),
+            Self::Redis => crate::redis_url(),
         }
     }
 }
@@ -76,7 +81,8 @@ impl TestBroker {
     }
 
     /// Deletes the queue `name` when the test ends (a queue that no longer exists is fine), and
-    /// returns the name.
+    /// returns the name. On Redis: every key whose name contains it (what a binding keeps for
+    /// the queue beside its list).
     pub fn remember_queue(&self, name: impl Into<String>) -> String {
         let name = name.into();
         lock(&self.queues).push(name.clone());
@@ -97,7 +103,7 @@ impl TestBroker {
         lock(&self.clients).push(client);
     }
 
-    /// A new connection to the broker, closed when the test ends.
+    /// A new AMQP connection to the broker (`memory://` or RabbitMQ), closed when the test ends.
     ///
     /// # Panics
     /// When the broker refuses the connection.
@@ -122,6 +128,12 @@ impl TestBroker {
         }
         let queues = std::mem::take(&mut *lock(&self.queues));
         let exchanges = std::mem::take(&mut *lock(&self.exchanges));
+        if self.url.starts_with("redis") {
+            for queue in queues {
+                delete_redis_keys(&self.url, &queue).await;
+            }
+            return;
+        }
         if queues.is_empty() && exchanges.is_empty() {
             return;
         }
@@ -141,6 +153,32 @@ impl TestBroker {
             }
         }
         cleaner.close().await.expect("close the cleaning client");
+    }
+}
+
+/// Deletes every key of the Redis server at `url` whose name contains `name`: what a scenario
+/// left behind for its queue `name`.
+///
+/// # Panics
+/// When the server cannot be reached or refuses the commands.
+pub async fn delete_redis_keys(url: &str, name: &str) {
+    let shown = polyq_amqp::redact_url(url);
+    let client = redis::Client::open(url).unwrap_or_else(|e| panic!("Redis at {shown}: {e}"));
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("connect to Redis at {shown} to clean up: {e}"));
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{name}*"))
+        .query_async(&mut connection)
+        .await
+        .unwrap_or_else(|e| panic!("list the keys of {name}: {e}"));
+    if !keys.is_empty() {
+        let () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut connection)
+            .await
+            .unwrap_or_else(|e| panic!("delete the keys of {name}: {e}"));
     }
 }
 
@@ -199,7 +237,8 @@ where
 }
 
 /// Makes, for each scenario `async fn name(fixture: &'static F)` (any [`Fixture`] `F`), the tests
-/// `name::memory` and `name::rabbitmq`, each running it through [`run`](crate::brokers::run).
+/// `name::memory` and `name::rabbitmq` (and `name::redis` when asked), each running it through
+/// [`run`](crate::brokers::run).
 ///
 /// - `both_brokers!(a, b)`: multi-threaded tokio tests (two workers, as handlers run beside the
 ///   scenario).
@@ -208,9 +247,11 @@ where
 ///   where the configuration predicate holds.
 /// - `both_brokers!(#[tokio::test] rabbitmq only; a, b)`: no embedded-broker test, for scenarios
 ///   that need a real RabbitMQ (a peer in another language, say).
+/// - `both_brokers!(#[tokio::test] and redis if feature = "redis"; a, b)`: a Redis test as
+///   well, where the predicate holds, for scenarios that run on any BabelQueue binding.
 #[macro_export]
 macro_rules! both_brokers {
-    (@each #[$test:meta] $memory:tt $rabbitmq:tt $($scenario:ident),+) => {$(
+    (@each #[$test:meta] $memory:tt $rabbitmq:tt $redis:tt $($scenario:ident),+) => {$(
         mod $scenario {
             #$memory
             #[$test]
@@ -223,16 +264,25 @@ macro_rules! both_brokers {
             async fn rabbitmq() {
                 $crate::brokers::run($crate::brokers::Broker::RabbitMq, super::$scenario).await;
             }
+
+            #$redis
+            #[$test]
+            async fn redis() {
+                $crate::brokers::run($crate::brokers::Broker::Redis, super::$scenario).await;
+            }
         }
     )+};
     (#[$test:meta] rabbitmq if $cfg:meta; $($scenario:ident),+ $(,)?) => {
-        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg($cfg)] $($scenario),+);
+        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg($cfg)] [cfg(any())] $($scenario),+);
     };
     (#[$test:meta] rabbitmq only; $($scenario:ident),+ $(,)?) => {
-        $crate::both_brokers!(@each #[$test] [cfg(any())] [cfg(all())] $($scenario),+);
+        $crate::both_brokers!(@each #[$test] [cfg(any())] [cfg(all())] [cfg(any())] $($scenario),+);
+    };
+    (#[$test:meta] and redis if $cfg:meta; $($scenario:ident),+ $(,)?) => {
+        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg(all())] [cfg($cfg)] $($scenario),+);
     };
     (#[$test:meta] $($scenario:ident),+ $(,)?) => {
-        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg(all())] $($scenario),+);
+        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg(all())] [cfg(any())] $($scenario),+);
     };
     ($($scenario:ident),+ $(,)?) => {
         $crate::both_brokers!(

@@ -134,25 +134,6 @@ pub fn recorder() -> (
     )
 }
 
-/// Deletes every Redis key whose name contains `name`: what a scenario left behind.
-#[cfg(feature = "redis")]
-pub async fn delete_redis_keys(url: &str, name: &str) {
-    let client = redis::Client::open(url).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{name}*"))
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    if !keys.is_empty() {
-        let () = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-    }
-}
-
 /// A transport whose chosen operations refuse to work (publishes to one queue, acks,
 /// dead-letter writes); everything else is `inner`'s.
 pub struct Refusing<T> {
