@@ -4,7 +4,8 @@
 //! A scenario is an async function taking a `&'static` fixture. [`run`] sets the fixture up on a
 //! fresh broker URL, runs the scenario, and removes what the scenario declared even when it
 //! panicked, then lets the panic fail the test. [`both_brokers!`](crate::both_brokers) makes one
-//! test per broker for each scenario, named `<scenario>::memory` and `<scenario>::rabbitmq`.
+//! test per broker for each scenario, named `<scenario>::memory` and `<scenario>::rabbitmq`
+//! (and `<scenario>::redis` where asked).
 //!
 //! ```ignore
 //! async fn round_trip(broker: &'static TestBroker) {
