@@ -2,18 +2,8 @@
 //!
 //! The AceMQ envelope travels in AMQP headers (`x-acemq-*` reserved, `acemq-*` shared); this
 //! crate writes and reads it exactly as the Java reference and the Go, Python, Ruby and .NET ports
-//! do.
-//!
-//! The contract layer is pure: no I/O, no async, and only the neutral AMQP types of
-//! `polyq-amqp` ([`FieldValue`](polyq_amqp::FieldValue), [`FieldTable`](polyq_amqp::FieldTable),
-//! [`Properties`](polyq_amqp::Properties)).
-//!
-//! - [`Envelope`] and [`EnvelopeBuilder`]: the fields, their defaults and derivations.
-//! - [`wire`]: the envelope to and from headers and `message-id` (methods on [`Envelope`]).
-//! - [`RoutingSlip`] (declared pipelines) and [`Itinerary`] (the carried JSON slip).
-//! - [`retry`]: policies, the schedule, the retry decision, jitter, broker waits.
-//! - [`topology`]: queue names, rung arguments and the declared topology as data.
-//! - [`provenance`]: the origin a publisher stamps.
+//! do, and runs publishers, consumers, the retry engine, dead-letter and parking queues, replay,
+//! request/reply and pipelines on it, on RabbitMQ and on the embedded broker (`memory://`) alike.
 //!
 //! ```
 //! use acemq::Envelope;
@@ -27,37 +17,120 @@
 //! assert_eq!(received, sent);
 //! # Ok::<(), acemq::Error>(())
 //! ```
+//!
+//! `examples/retry_and_replay.rs` runs a consumer whose handler fails into `orders.dlq` and a
+//! replay that brings the message back, on `memory://`:
+//! `cargo run -p acemq --example retry_and_replay`.
+//!
+//! # Map of the crate
+//!
+//! Three folders, one per layer; each uses only the ones before it. Every public module and type
+//! is re-exported at the root (`acemq::wire`, `acemq::consumer`, [`acemq::Envelope`](Envelope),
+//! ...), so the folders do not appear in paths.
+//!
+//! ## `contract/`: the envelope rules, pure
+//!
+//! No I/O, no async, and only the neutral AMQP types of `polyq-amqp`
+//! ([`FieldValue`](polyq_amqp::FieldValue), [`FieldTable`](polyq_amqp::FieldTable),
+//! [`Properties`](polyq_amqp::Properties)). Pinned by the shared fixtures.
+//!
+//! - [`Envelope`] and [`EnvelopeBuilder`] (`envelope.rs`): the fields, their defaults and
+//!   derivations.
+//! - [`wire`]: the envelope to and from headers and `message-id` (methods on [`Envelope`]), and
+//!   the lenient readers behind it (`lenient.rs`) for what other ports write.
+//! - [`headers`]: the reserved and shared header names.
+//! - [`codec`]: body codecs chosen by content type.
+//! - [`retry`]: policies, the schedule, jitter, broker waits, and the retry decision
+//!   ([`RetryPolicy::decide`](retry::RetryPolicy::decide): retry after a wait, or give up into
+//!   `Q.dlq`).
+//! - [`topology`]: queue names (`Q.dlq`, `Q.parked`, the rungs), rung arguments and the declared
+//!   topology as data.
+//! - [`RoutingSlip`] (`route.rs`, declared pipelines) and [`Itinerary`] (`itinerary.rs`, the
+//!   carried JSON slip).
+//! - [`provenance`]: the origin a publisher stamps.
+//!
+//! ## `runtime/`: the contract carried out against a broker
+//!
+//! Bytes meet the broker in `polyq-amqp`: its [`Client`](polyq_amqp::Client) (reached through
+//! [`AceMq::client`]) publishes with confirms, delivers, settles and declares, over lapin for
+//! `amqp://`/`amqps://` and in-process for `memory://`; the runtime above it is one code path.
+//!
+//! - [`AceMq`] and [`AceMqBuilder`] (`connection.rs`): connecting, the client name, the confirm window,
+//!   recovery, TLS, interceptors.
+//! - [`publisher`]: [`Publisher`], confirms, `mandatory`, provenance and trace context stamped.
+//! - [`consumer`]: [`Consumer`], dispatch, the handler's [`Outcome`], pause, resume and drain
+//!   (on a [`Shutdown`] signal too, shared with the BabelQueue worker through `polyq-runtime`).
+//! - The retry engine (`engine.rs`, internal) carries out the [`retry`] decisions for each
+//!   outcome: a consumer wait or a broker rung, then a republish with the attempt raised, or the
+//!   set-aside into `Q.dlq` / `Q.parked` with `x-acemq-error`; only then the ack.
+//! - [`interceptor`]: hooks around publish and consume.
+//! - [`telemetry`]: metrics with the reference's names, `tracing` spans, W3C trace context with
+//!   the `otel` feature (`otel.rs`), the Prometheus exposition with `prometheus`.
+//! - [`topology_apply`]: a declared [`topology`] applied to the broker.
+//!
+//! One delivery: the [`wire`] reader takes the envelope off the headers, a [`codec`] decodes the
+//! body by content type (undecodable: `Q.parked`), interceptors and the handler run, and its
+//! [`Outcome`] goes to the retry engine, which acks, retries, or sets the message aside.
+//!
+//! ## `patterns/`: built on the runtime
+//!
+//! [`patterns`]: replaying set-aside messages, request/reply, declared pipelines, carried
+//! itineraries and the claim check.
+//!
+//! ## Errors
+//!
+//! [`Error`]: a value handed to the contract that is not valid (building an envelope, a route, a
+//! policy). [`RuntimeError`]: what went wrong connecting, publishing or consuming, wrapping the
+//! transport's or the contract's error.
+//!
+//! # Feature flags
+//!
+//! - `amqp` (default): the RabbitMQ transport (`amqp://`, `amqps://`) through `polyq-amqp`.
+//!   Without it only the embedded broker (`memory://`) is available.
+//! - `otel`: W3C `traceparent` / `tracestate` written on publish and adopted on consume, through
+//!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
+//! - `prometheus`: the metrics in the Prometheus text format
+//!   ([`telemetry::prometheus`](crate::telemetry)).
+//!
+//! # Further reading
+//!
+//! In the repository:
+//! [`docs/acemq-contract.md`][contract] (the contract and where the ports diverge),
+//! [`docs/acemq-runtime.md`][runtime] (connecting, publishing, consuming, the retry engine),
+//! [`docs/acemq-patterns.md`][patterns-doc] (replay, request/reply, pipelines, claim check),
+//! [`docs/INTEROP.md`][interop] (what was proven against which peer) and
+//! [`docs/BENCHMARKS.md`][benchmarks] (goals and figures).
+//!
+//! [contract]: https://example.invalid/polyq/blob/main/docs/acemq-contract.md
+//! [runtime]: https://example.invalid/polyq/blob/main/docs/acemq-runtime.md
+//! [patterns-doc]: https://example.invalid/polyq/blob/main/docs/acemq-patterns.md
+//! [interop]: https://example.invalid/polyq/blob/main/docs/INTEROP.md
+//! [benchmarks]: https://example.invalid/polyq/blob/main/docs/BENCHMARKS.md
 
-pub mod codec;
-mod connection;
-pub mod consumer;
-mod engine;
-mod envelope;
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod contract;
 mod error;
-pub mod headers;
-pub mod interceptor;
-mod itinerary;
-mod lenient;
-#[cfg(feature = "otel")]
-mod otel;
 pub mod patterns;
-pub mod provenance;
-pub mod publisher;
-pub mod retry;
-mod route;
+mod runtime;
 mod runtime_error;
-pub mod telemetry;
-pub mod topology;
-pub mod topology_apply;
-pub mod wire;
 
-pub use connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
-pub use consumer::{Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome};
-pub use envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
+pub use contract::envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
+pub use contract::itinerary::{Itinerary, Stop};
+pub use contract::route::RoutingSlip;
+pub use contract::{codec, headers, provenance, retry, topology, wire};
 pub use error::{Error, Result};
-pub use itinerary::{Itinerary, Stop};
-pub use publisher::{PendingConfirm, Publisher};
-pub use route::RoutingSlip;
+pub use runtime::connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
+pub use runtime::consumer::{
+    Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome, Shutdown,
+};
+pub use runtime::publisher::{PendingConfirm, Publisher};
+pub use runtime::{consumer, interceptor, publisher, telemetry, topology_apply};
 pub use runtime_error::RuntimeError;
 /// The date-time crate of this API ([`time::OffsetDateTime`] for first-seen and replay times).
 pub use time;
+
+/// The README's example, run as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

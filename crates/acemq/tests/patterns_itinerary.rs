@@ -49,6 +49,9 @@ async fn a_hop_chain_follows_the_slip(env: &'static Env) {
     assert_eq!(&arrived.body[..], br#"">ab""#);
     let envelope = Envelope::from_properties(&arrived.properties, &arrived.routing_key);
     assert_eq!(envelope.correlation_id(), started.correlation_id());
+    // Python and Go: every hop is a new message caused by the one before.
+    assert_ne!(envelope.id(), started.id());
+    assert!(envelope.causation_id().is_some_and(|c| c != envelope.id()));
     let slip = envelope.itinerary().unwrap().unwrap();
     let done: Vec<&str> = slip.done().iter().map(Stop::routing_key).collect();
     assert_eq!(done, [a.as_str(), b.as_str()]);

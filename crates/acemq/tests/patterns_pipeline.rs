@@ -1,24 +1,32 @@
-//! Declared pipelines: three steps end to end, a run ending early, and a message replayed
-//! into a step's queue resuming the run there.
+//! Declared pipelines: three steps end to end in one envelope, step queues declared the Java
+//! way (quorum) on either side first, a run ending early, and a message replayed into a step's
+//! queue resuming the run there.
 
 mod common;
 
 use acemq::patterns::pipeline::Pipeline;
 use acemq::patterns::replay::Replay;
+use acemq::retry::RetryPolicy;
 use acemq::{Envelope, Message};
 use common::{Env, LIMIT};
-use polyq_amqp::QueueSpec;
+use polyq_amqp::{FieldValue, QueueSpec};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 type Infallible = std::convert::Infallible;
 
-/// A pipeline with a unique name whose queues and exchange the test removes.
+/// A step queue as Java's `Pipeline` declares it: durable, quorum, no other arguments.
+fn java_step_queue(name: String) -> QueueSpec {
+    QueueSpec::new(name).argument("x-queue-type", FieldValue::from("quorum"))
+}
+
+/// A pipeline with a unique name whose queues and exchange the test removes. The step queues
+/// are declared the Java way first, as a Java service of the same pipeline would have.
 async fn pipeline(env: &'static Env, steps: [&str; 3]) -> Pipeline {
     let name = polyq_testkit::unique_name("acemq.pl");
     let pipeline = Pipeline::new(&env.mq, &name, steps).unwrap();
     for step in steps {
-        env.declare(QueueSpec::new(pipeline.queue_of(step))).await;
+        env.declare(java_step_queue(pipeline.queue_of(step))).await;
     }
     pipeline.declare().await.unwrap();
     pipeline
@@ -76,8 +84,17 @@ async fn three_steps_end_to_end(env: &'static Env) {
     assert_eq!(slip.steps(), ["parse", "double", "store"]);
     assert_eq!((slip.position(), slip.current()), (2, Some("store")));
     assert_eq!(slip.run_id(), started.route().unwrap().run_id());
+    // One envelope for the whole run, as Java carries it from step to step.
+    assert_eq!(seen.id(), started.id());
+    assert_eq!(seen.first_seen(), started.first_seen());
     assert_eq!(seen.correlation_id(), started.correlation_id());
-    assert_eq!(seen.message_type(), "store");
+    assert_eq!(seen.causation_id(), None);
+    assert_eq!(seen.message_type(), p.name());
+    assert_eq!(
+        started.message_type(),
+        p.name(),
+        "Java types a run by its pipeline"
+    );
     for consumer in [parse, double, store] {
         assert!(consumer.drain(LIMIT).await.is_clean());
     }
@@ -179,9 +196,91 @@ async fn a_replayed_message_resumes_at_its_step(env: &'static Env) {
         0,
         "replay stamps describe one delivery only"
     );
+    assert_eq!(replayed.error().map(|e| !e.is_empty()), Some(true));
+    assert_eq!(
+        envelope.error(),
+        None,
+        "so does the error that set it aside"
+    );
+    assert_eq!(
+        (envelope.id(), envelope.first_seen()),
+        (started.id(), started.first_seen()),
+        "the resumed run is still the message that started it"
+    );
     for consumer in [receive, enrich] {
         assert!(consumer.drain(LIMIT).await.is_clean());
     }
     remove_exchange(env, &p).await;
 }
 polyq_testkit::both_brokers!(a_replayed_message_resumes_at_its_step);
+
+async fn step_queues_match_a_java_declaration(env: &'static Env) {
+    // polyq first, then a Java service declaring the same queues: no PRECONDITION_FAILED.
+    let name = polyq_testkit::unique_name("acemq.pl");
+    let p = Pipeline::new(&env.mq, &name, ["receive", "ship"]).unwrap();
+    p.declare().await.unwrap();
+    for step in p.steps() {
+        env.declare(java_step_queue(p.queue_of(step))).await;
+    }
+    // A classic declaration is what no longer matches.
+    let classic = env
+        .client()
+        .declare_queue(&QueueSpec::new(p.queue_of("ship")))
+        .await
+        .unwrap_err();
+    assert!(classic.to_string().contains("x-queue-type"), "{classic}");
+    remove_exchange(env, &p).await;
+}
+polyq_testkit::both_brokers!(step_queues_match_a_java_declaration);
+
+async fn every_step_sees_attempt_one_of_the_same_message(env: &'static Env) {
+    let p = pipeline(env, ["fetch", "price", "bill"]).await;
+    // `fetch` succeeds on its second attempt; `price` must not inherit that attempt.
+    let fetch = p
+        .step(
+            "fetch",
+            |c| c.retry(RetryPolicy::fixed(2, std::time::Duration::from_millis(10)).unwrap()),
+            |m: Message<Value>| async move {
+                if m.envelope().attempt() == 1 {
+                    return Err("the catalogue timed out");
+                }
+                Ok(Some(m.payload().clone()))
+            },
+        )
+        .await
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let price = p
+        .step(
+            "price",
+            |c| c,
+            move |m: Message<Value>| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(m.envelope().clone()).unwrap();
+                    Ok::<_, Infallible>(Some(json!(12)))
+                }
+            },
+        )
+        .await
+        .unwrap();
+    let started = p.start(&json!("sku-1")).await.unwrap();
+    let seen = tokio::time::timeout(LIMIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (seen.id(), seen.first_seen(), seen.attempt()),
+        (started.id(), started.first_seen(), 1)
+    );
+    // `bill` has no consumer: the hop waits there, still the same message.
+    let next = env.next_in(&p.queue_of("bill")).await;
+    let hop = Envelope::from_properties(&next.properties, &next.routing_key);
+    assert_eq!((hop.id(), hop.attempt()), (started.id(), 1));
+    assert_eq!(next.properties.message_id.as_deref(), Some(started.id()));
+    for consumer in [fetch, price] {
+        assert!(consumer.drain(LIMIT).await.is_clean());
+    }
+    remove_exchange(env, &p).await;
+}
+polyq_testkit::both_brokers!(every_step_sees_attempt_one_of_the_same_message);

@@ -1,12 +1,15 @@
 //! Interceptors: publish interceptors stamp or refuse; consume interceptors run before and
-//! after the handler, the after half in reverse, and a failing `before` fails the delivery.
+//! after the handler, the after half in reverse, and a failing `before` fails the delivery. A
+//! panicking interceptor is contained: before the handler it fails the delivery (retry, then
+//! `.dlq`), after it the next interceptor still runs, and before a publish it refuses it.
 
 mod common;
 
 use std::sync::{Arc, Mutex};
 
 use acemq::interceptor::{BoxError, ConsumeInterceptor, PublishContext, PublishInterceptor};
-use acemq::{AceMq, Envelope, Message, Outcome, RuntimeError};
+use acemq::retry::RetryPolicy;
+use acemq::{AceMq, Consumer, Envelope, Message, Outcome, RuntimeError};
 use common::{Env, LIMIT};
 use polyq_amqp::FieldValue;
 use tokio::sync::mpsc;
@@ -28,10 +31,32 @@ impl PublishInterceptor for Stamp {
     }
 }
 
+/// Logs its calls; refuses the first attempt or panics when told to.
 struct Recorder {
     name: &'static str,
     fail_before: bool,
+    panics: Panics,
     log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Recorder {
+    /// One that passes everything and never panics.
+    fn new(name: &'static str, log: &Arc<Mutex<Vec<String>>>) -> Self {
+        Self {
+            name,
+            fail_before: false,
+            panics: Panics::Never,
+            log: log.clone(),
+        }
+    }
+}
+
+/// Where a [`Recorder`] panics.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Panics {
+    Never,
+    Before,
+    After,
 }
 
 impl ConsumeInterceptor for Recorder {
@@ -40,6 +65,11 @@ impl ConsumeInterceptor for Recorder {
             .lock()
             .unwrap()
             .push(format!("before {} {}", self.name, envelope.attempt()));
+        assert!(
+            self.panics != Panics::Before,
+            "{} refuses everything",
+            self.name
+        );
         if self.fail_before && envelope.attempt() == 1 {
             return Err("not on the first attempt".into());
         }
@@ -56,6 +86,11 @@ impl ConsumeInterceptor for Recorder {
             .lock()
             .unwrap()
             .push(format!("after {} {what}", self.name));
+        assert!(
+            self.panics != Panics::After,
+            "{} cannot look back",
+            self.name
+        );
     }
 }
 
@@ -64,15 +99,10 @@ async fn interceptors(env: &'static Env) {
     let mq = AceMq::builder()
         .url(env.url.as_str())
         .publish_interceptor(Stamp)
+        .consume_interceptor(Recorder::new("a", &log))
         .consume_interceptor(Recorder {
-            name: "a",
-            fail_before: false,
-            log: log.clone(),
-        })
-        .consume_interceptor(Recorder {
-            name: "b",
             fail_before: true,
-            log: log.clone(),
+            ..Recorder::new("b", &log)
         })
         .connect()
         .await
@@ -155,3 +185,180 @@ async fn interceptors(env: &'static Env) {
 }
 
 polyq_testkit::both_brokers!(interceptors);
+
+/// A connection to the test's broker with consume interceptors `a` and then `b`, which panics
+/// where `panics` says, and a consumer of `queue` on it whose handler reports each payload.
+struct PanickingConsumer {
+    mq: AceMq,
+    consumer: Consumer,
+    handled: mpsc::UnboundedReceiver<u32>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl PanickingConsumer {
+    async fn start(env: &Env, queue: &str, panics: Panics, retry: RetryPolicy) -> Self {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mq = AceMq::builder()
+            .url(env.url.as_str())
+            .consume_interceptor(Recorder::new("a", &log))
+            .consume_interceptor(Recorder {
+                panics,
+                ..Recorder::new("b", &log)
+            })
+            .connect()
+            .await
+            .unwrap();
+        let (handled, handled_rx) = mpsc::unbounded_channel();
+        let consumer = mq
+            .consumer::<u32>(queue)
+            .retry(retry)
+            .start(move |message: Message<u32>| {
+                let handled = handled.clone();
+                async move {
+                    handled.send(*message.payload()).unwrap();
+                }
+            })
+            .await
+            .unwrap();
+        Self {
+            mq,
+            consumer,
+            handled: handled_rx,
+            log,
+        }
+    }
+}
+
+async fn a_panicking_before_handle_retries_then_dead_letters(env: &'static Env) {
+    let queue = env.queue("intercept-panic-before").await;
+    let PanickingConsumer {
+        mq,
+        consumer,
+        handled: mut handled_rx,
+        log,
+    } = PanickingConsumer::start(
+        env,
+        &queue,
+        Panics::Before,
+        "fixed(2, 10ms)".parse().unwrap(),
+    )
+    .await;
+    mq.publisher::<u32>("", queue.as_str())
+        .send(&3)
+        .await
+        .unwrap();
+
+    let dead = env.next_in(&format!("{queue}.dlq")).await;
+    assert_eq!(&dead.body[..], b"3");
+    let dead = Envelope::from_properties(&dead.properties, &dead.routing_key);
+    assert_eq!(
+        dead.attempt(),
+        2,
+        "retried once before it was dead-lettered"
+    );
+    let error = dead.error().expect("the dead letter says why");
+    assert!(
+        error.starts_with("exhausted 2 attempts: ")
+            && error.contains("runtime_interceptors::Recorder` panicked: b refuses everything"),
+        "{error}"
+    );
+    let report = consumer.drain(LIMIT).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert!(
+        handled_rx.try_recv().is_err(),
+        "the handler never ran after a panicking before_handle"
+    );
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "before a 1",
+            "before b 1",
+            "after a failed",
+            "before a 2",
+            "before b 2",
+            "after a failed"
+        ]
+    );
+    assert_eq!(env.count(&queue).await, 0);
+    mq.close().await.unwrap();
+}
+polyq_testkit::both_brokers!(a_panicking_before_handle_retries_then_dead_letters);
+
+async fn a_panicking_after_handle_is_ignored(env: &'static Env) {
+    let queue = env.queue("intercept-panic-after").await;
+    let PanickingConsumer {
+        mq,
+        consumer,
+        handled: mut handled_rx,
+        log,
+    } = PanickingConsumer::start(env, &queue, Panics::After, RetryPolicy::none()).await;
+    let publisher = mq.publisher::<u32>("", queue.as_str());
+    publisher.send(&4).await.unwrap();
+    publisher.send(&5).await.unwrap();
+    for expected in [4, 5] {
+        let payload = tokio::time::timeout(LIMIT, handled_rx.recv())
+            .await
+            .unwrap();
+        assert_eq!(payload, Some(expected), "the task survived the panic");
+    }
+    let report = consumer.drain(LIMIT).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "before a 1",
+            "before b 1",
+            "after b ok",
+            "after a ok",
+            "before a 1",
+            "before b 1",
+            "after b ok",
+            "after a ok"
+        ],
+        "the interceptor before the panicking one still saw the outcome"
+    );
+    assert_eq!(
+        (
+            env.count(&queue).await,
+            env.count(&format!("{queue}.dlq")).await
+        ),
+        (0, 0),
+        "both messages were acknowledged"
+    );
+    mq.close().await.unwrap();
+}
+polyq_testkit::both_brokers!(a_panicking_after_handle_is_ignored);
+
+struct PanicsOnPublish;
+
+impl PublishInterceptor for PanicsOnPublish {
+    fn before_publish(&self, _publish: &mut PublishContext<'_>) -> Result<(), BoxError> {
+        panic!("no publishing today");
+    }
+}
+
+async fn a_panicking_publish_interceptor_refuses_the_publish(env: &'static Env) {
+    let queue = env.queue("intercept-panic-publish").await;
+    let mq = AceMq::builder()
+        .url(env.url.as_str())
+        .publish_interceptor(PanicsOnPublish)
+        .connect()
+        .await
+        .unwrap();
+    let publisher = mq.publisher::<u32>("", queue.as_str());
+    for _ in 0..2 {
+        let refused = publisher.send(&6).await.unwrap_err();
+        assert!(
+            matches!(refused, RuntimeError::Refused { .. }),
+            "{refused:?}"
+        );
+        let text = refused.to_string();
+        assert!(
+            text.contains("runtime_interceptors::PanicsOnPublish` panicked: no publishing today"),
+            "{text}"
+        );
+    }
+    assert_eq!(env.count(&queue).await, 0, "nothing reached the broker");
+    mq.close().await.unwrap();
+}
+polyq_testkit::both_brokers!(a_panicking_publish_interceptor_refuses_the_publish);

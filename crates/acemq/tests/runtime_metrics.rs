@@ -1,9 +1,9 @@
-//! Metrics with the reference's names and tags, and a failed set-aside giving the delivery
-//! back to the broker instead of losing it.
+//! Metrics with the reference's names, tags and outcomes, and a set-aside that does not land
+//! held and tried again (counted per miss) instead of lost or redelivered in a loop.
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use acemq::patterns::PatternError;
 use acemq::patterns::pipeline::Pipeline;
 use acemq::patterns::request_reply::{Requester, respond};
 use acemq::retry::RetryPolicy;
-use acemq::{Message, Outcome};
+use acemq::{Consumer, Message, Outcome};
 use common::{Env, LIMIT};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use polyq_amqp::QueueSpec;
@@ -43,9 +43,8 @@ fn counters() -> &'static Counters {
     })
 }
 
-/// The counter `name` (for a histogram: its number of samples) whose tags include all of
-/// `tags`, summed.
-fn counter(name: &str, tags: &[(&str, &str)]) -> u64 {
+/// Every series seen so far, with its total (for a histogram: its number of samples).
+fn totals() -> std::sync::MutexGuard<'static, HashMap<Series, u64>> {
     let counters = counters();
     let mut totals = counters.totals.lock().unwrap();
     for (key, _, _, value) in counters.snapshotter.snapshot().into_vec() {
@@ -64,15 +63,45 @@ fn counter(name: &str, tags: &[(&str, &str)]) -> u64 {
         }
     }
     totals
+}
+
+/// Whether the series `labels` has every one of `tags`.
+fn tagged(labels: &[(String, String)], tags: &[(&str, &str)]) -> bool {
+    tags.iter()
+        .all(|(k, v)| labels.iter().any(|(lk, lv)| lk == k && lv == v))
+}
+
+/// The counter `name` (for a histogram: its number of samples) whose tags include all of
+/// `tags`, summed.
+fn counter(name: &str, tags: &[(&str, &str)]) -> u64 {
+    totals()
         .iter()
-        .filter(|((n, labels), _)| {
-            n == name
-                && tags
-                    .iter()
-                    .all(|(k, v)| labels.iter().any(|(lk, lv)| lk == k && lv == v))
-        })
+        .filter(|((n, labels), _)| n == name && tagged(labels, tags))
         .map(|(_, total)| total)
         .sum()
+}
+
+/// The `outcome` tags registered on `name` for `queue`, counted or not.
+fn outcomes_registered(name: &str, queue: &str) -> BTreeSet<String> {
+    totals()
+        .keys()
+        .filter(|(n, labels)| n == name && tagged(labels, &[("queue", queue)]))
+        .filter_map(|(_, labels)| labels.iter().find(|(k, _)| k == "outcome"))
+        .map(|(_, outcome)| outcome.clone())
+        .collect()
+}
+
+/// Waits until the counter reaches `at_least`. A metric has no event to await, so it is read
+/// every few milliseconds, bounded by [`LIMIT`].
+async fn until_counted(name: &str, tags: &[(&str, &str)], at_least: u64) {
+    let reached = async {
+        while counter(name, tags) < at_least {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, reached)
+        .await
+        .unwrap_or_else(|_| panic!("{name} {tags:?} stayed below {at_least}"));
 }
 
 async fn outcomes_are_counted_with_java_names(env: &'static Env) {
@@ -119,10 +148,24 @@ async fn outcomes_are_counted_with_java_names(env: &'static Env) {
             outcome("retried"),
             outcome("dead_lettered"),
             outcome("rejected"),
-            outcome("parked")
         ],
-        [1, 1, 1, 1, 1]
+        [1, 1, 1, 1]
     );
+    // Exactly the reference's outcomes on its meters; the park is on polyq's own.
+    let reference: BTreeSet<String> = ["acked", "retried", "dead_lettered", "rejected"]
+        .map(str::to_owned)
+        .into();
+    for meter in ["acemq.consume.total", "acemq.consume.duration"] {
+        assert_eq!(outcomes_registered(meter, q), reference, "{meter}");
+    }
+    for meter in ["polyq.acemq.consume.total", "polyq.acemq.consume.duration"] {
+        assert_eq!(
+            counter(meter, &[("queue", q), ("outcome", "parked")]),
+            1,
+            "{meter}"
+        );
+        assert_eq!(counter(meter, &[("queue", q), ("outcome", "failed")]), 0);
+    }
     assert_eq!(counter("acemq.messages.retried.total", &[("queue", q)]), 1);
     assert_eq!(
         counter(
@@ -229,12 +272,18 @@ async fn a_missing_rung_is_counted(env: &'static Env) {
 }
 polyq_testkit::both_brokers!(a_missing_rung_is_counted);
 
-async fn a_failed_set_aside_gives_the_delivery_back(env: &'static Env) {
+/// A consumer of a new queue rejecting every message, started without declaring its topology
+/// so that `Q.dlq` does not exist, after "keep me" was published, handled once and its
+/// set-aside missed `misses` times. Returns the queue, the consumer and the `redelivered` flag
+/// of every later delivery to the handler.
+async fn rejecting_with_no_dlq(
+    env: &'static Env,
+    what: &str,
+    misses: u64,
+) -> (String, Consumer, mpsc::UnboundedReceiver<bool>) {
     counters();
-    let queue = env.queue("set-aside-failed").await;
-    let dlq = format!("{queue}.dlq");
+    let queue = env.queue(what).await;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    // No declarations: Q.dlq does not exist, so the set-aside comes back unroutable.
     let consumer = env
         .mq
         .consumer::<String>(queue.as_str())
@@ -257,24 +306,61 @@ async fn a_failed_set_aside_gives_the_delivery_back(env: &'static Env) {
         tokio::time::timeout(LIMIT, rx.recv()).await.unwrap(),
         Some(false)
     );
-    assert_eq!(
-        tokio::time::timeout(LIMIT, rx.recv()).await.unwrap(),
-        Some(true),
-        "given back to the broker, which delivered it again"
+    let dlq = format!("{queue}.dlq");
+    let missed = [("queue", queue.as_str()), ("target", dlq.as_str())];
+    until_counted("acemq.messages.set.aside.failed", &missed, misses).await;
+    (queue, consumer, rx)
+}
+
+async fn a_set_aside_that_misses_is_held_not_redelivered(env: &'static Env) {
+    let (queue, consumer, mut rx) = rejecting_with_no_dlq(env, "set-aside-missed", 3).await;
+    // Given back, it would have come round once per miss; held, it was handled once.
+    assert!(
+        rx.try_recv().is_err(),
+        "redelivered while its set-aside was missing"
     );
+    let dlq = format!("{queue}.dlq");
     env.declare(QueueSpec::new(dlq.clone())).await;
     let dead = env.next_in(&dlq).await;
     assert_eq!(&dead.body[..], br#""keep me""#);
-    let report = consumer.drain(LIMIT).await;
-    assert_eq!(report.interrupted, 0, "{report:?}");
-    assert!(
-        counter(
-            "acemq.messages.set.aside.failed",
-            &[("queue", queue.as_str()), ("target", dlq.as_str())]
-        ) >= 1
+    assert_eq!(
+        dead.properties.headers["x-acemq-error"].as_str(),
+        Some("the handler reported an unprocessable message: Error: fatal")
     );
+    let report = consumer.drain(LIMIT).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert!(rx.try_recv().is_err(), "handled once in all");
+    assert_eq!(env.count(&queue).await, 0);
+    let q = queue.as_str();
+    assert_eq!(
+        counter(
+            "acemq.consume.total",
+            &[("queue", q), ("outcome", "rejected")]
+        ),
+        1
+    );
+    assert_eq!(counter("polyq.acemq.consume.total", &[("queue", q)]), 0);
 }
-polyq_testkit::both_brokers!(a_failed_set_aside_gives_the_delivery_back);
+polyq_testkit::both_brokers!(a_set_aside_that_misses_is_held_not_redelivered);
+
+async fn a_held_delivery_goes_back_at_the_drain_deadline(env: &'static Env) {
+    let (queue, consumer, _) = rejecting_with_no_dlq(env, "set-aside-drained", 1).await;
+    let report = consumer.drain(Duration::from_millis(200)).await;
+    assert_eq!((report.completed, report.interrupted), (0, 1), "{report:?}");
+    let back = env.next_in(&queue).await;
+    assert_eq!(&back.body[..], br#""keep me""#);
+    assert!(back.redelivered, "given back to the broker, not lost");
+    let q = queue.as_str();
+    assert_eq!(
+        counter(
+            "polyq.acemq.consume.total",
+            &[("queue", q), ("outcome", "failed")]
+        ),
+        1
+    );
+    assert_eq!(counter("acemq.consume.total", &[("queue", q)]), 0);
+}
+polyq_testkit::both_brokers!(a_held_delivery_goes_back_at_the_drain_deadline);
 
 /// The `transport` tag of `env`'s connection.
 fn transport(env: &Env) -> &'static str {
@@ -334,7 +420,10 @@ async fn pipeline_runs_are_counted_with_java_names(env: &'static Env) {
     let name = polyq_testkit::unique_name("acemq.metrics.pl");
     let pipeline = Pipeline::new(&env.mq, &name, ["check", "store"]).unwrap();
     for step in pipeline.steps() {
-        env.declare(QueueSpec::new(pipeline.queue_of(step))).await;
+        // As the pipeline declares them: quorum.
+        let spec = QueueSpec::new(pipeline.queue_of(step))
+            .argument("x-queue-type", polyq_amqp::FieldValue::from("quorum"));
+        env.declare(spec).await;
     }
     pipeline.declare().await.unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel();

@@ -246,17 +246,19 @@ impl<T: Transport> BabelQueue<T> {
             .await
     }
 
-    /// A worker on this queue (dead-letter queue `<queue>.dlq`), to be given handlers.
+    /// A worker on this queue (dead-letter queue `<queue>.dlq`, or the binding's own name for
+    /// it: [`Transport::dead_letter_queue`]), to be given handlers.
     pub fn worker(&self) -> Worker<T> {
         Worker::new(self.transport.clone(), self.queue.clone())
     }
 
-    /// Redrives this queue's dead-letter queue, `<queue>.dlq` (see [`crate::redrive::redrive`]).
+    /// Redrives this queue's dead-letter queue, `<queue>.dlq` or the binding's own name for it
+    /// ([`Transport::dead_letter_queue`]; see [`crate::redrive::redrive`]).
     ///
     /// # Errors
     /// As [`crate::redrive::redrive`].
     pub async fn redrive(&self, options: &RedriveOptions) -> Result<RedriveReport> {
-        let dlq = format!("{}.dlq", self.queue);
+        let dlq = self.transport.dead_letter_queue(&self.queue);
         crate::redrive::redrive(self.transport.as_ref(), &dlq, options).await
     }
 }

@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use base64::Engine as _;
 
-use crate::envelope::{Envelope, RawJson, SOURCE_LANG, Slot};
-use crate::rawjson::{compact, push_str_literal};
+use crate::codec::envelope::{Envelope, RawJson, SOURCE_LANG, Slot};
+use crate::codec::raw_json::{compact, push_str_literal};
 
 /// Why a message was dead-lettered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,7 +61,7 @@ impl DeadLetter {
             reason,
             error: None,
             exception: None,
-            failed_at: crate::make::now_millis(),
+            failed_at: crate::codec::make::now_millis(),
             original_queue: original_queue.into(),
             attempts,
             lang: SOURCE_LANG.to_owned(),
@@ -194,7 +194,7 @@ pub fn poison_record(body: &[u8], block: &DeadLetter) -> String {
 }
 
 fn is_spliceable(text: &str) -> bool {
-    let Ok(members) = crate::codec::object_members(text) else {
+    let Ok(members) = crate::codec::decode::object_members(text) else {
         return false;
     };
     members

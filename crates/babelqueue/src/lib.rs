@@ -1,26 +1,9 @@
 //! BabelQueue for Rust.
 //!
 //! The `{job, trace_id, data, meta, attempts}` JSON envelope that the PHP, Go, Python, Node, .NET
-//! and Java SDKs produce and consume, written and read byte-compatibly.
-//!
-//! The contract layer is pure functions and types, no I/O, no async:
-//!
-//! - [`make`] builds an envelope, [`Envelope::encode`] writes the canonical bytes.
-//! - [`decode`] reads strict JSON, resolves identity, drops forbidden keys with [`Warning`]s and
-//!   keeps unknown keys; [`Envelope::accepts`] and [`classify`] give the consumer verdict.
-//! - [`dead_letter`] annotates envelopes and builds poison records.
-//! - [`projection`] holds every broker binding as data (RabbitMQ, SQS, Azure Service Bus, Pulsar,
-//!   Kafka, Artemis, the Redis header frame) and the schema-version gates.
-//! - [`idempotency`], [`schema`] and [`urn`] are the optional helpers; [`conformance`] runs the
-//!   cross-SDK conformance suite.
-//!
-//! On top of it, the runtime (async, tokio):
-//!
-//! - [`BabelQueue`] connects to a queue by URL (`memory://`, `amqp://`, `redis://`), publishes,
-//!   and hands out [`worker::Worker`]s and [`redrive`]s.
-//! - [`transport`] holds the broker bindings, all behind one [`transport::Transport`] trait, so
-//!   [`worker`] and [`redrive`] run the same code on every broker.
-//! - See `docs/babelqueue-runtime.md` for the runtime's choices and what runs where.
+//! and Java SDKs produce and consume, written and read byte-compatibly, and a worker runtime
+//! (URN routing, retries, dead-letter, poison) with redrive on the embedded broker (`memory://`),
+//! RabbitMQ and Redis alike.
 //!
 //! ```
 //! use serde_json::json;
@@ -36,33 +19,106 @@
 //! assert_eq!(decoded.envelope.accepts(), Ok(()));
 //! # Ok::<(), babelqueue::Error>(())
 //! ```
+//!
+//! Three examples run on `memory://` with no service, each printing what happens to every
+//! message: `cargo run -p babelqueue --example worker` (a handler that fails once and is
+//! retried), `--example dead_letter` (a failing job, an unknown URN and a poison body in
+//! `<queue>.dlq`) and `--example redrive` (a dead-lettered job sent back and handled).
+//!
+//! # Map of the crate
+//!
+//! Three layers, each using only the ones before it. The folders do not appear in paths: the
+//! envelope types and functions are re-exported at the root ([`babelqueue::decode`](decode),
+//! [`Envelope`], [`make`], ...), and the modules named below are public as they are.
+//!
+//! ## The contract: what a body is (pure, no I/O, no async)
+//!
+//! - `codec/`: the envelope rules. [`Envelope`], [`Meta`] and [`RawJson`] with the key lists
+//!   ([`envelope`]); [`make`] builds an envelope and [`Envelope::encode`] writes the canonical
+//!   bytes (`encode.rs`); [`decode`] reads strict JSON, resolves identity, drops forbidden keys
+//!   with [`Warning`]s and keeps unknown keys (`decode.rs`, with a one-pass reader for bodies in
+//!   the canonical shape in `fast_decode.rs`); [`Envelope::accepts`] and [`classify`] give the
+//!   consumer verdict, accepted, rejected or poison (`verdict.rs`); [`whitespace`] is the closed
+//!   ASCII set every SDK trims with.
+//! - [`dead_letter`]: the `dead_letter` block a dead-lettered envelope carries, and the poison
+//!   record that keeps an unreadable body's bytes.
+//! - [`projection`]: what each broker carries beside the body, one file per broker: the RabbitMQ
+//!   properties and the Redis header frame the transports use, the SQS, Azure Service Bus,
+//!   Pulsar, Kafka and Artemis bindings the conformance suite checks, and the schema-version
+//!   gates.
+//! - The optional helpers: [`idempotency`] (dedupe on `meta.id`), [`schema`] (payload schemas
+//!   per URN), [`urn`] (the recommended URN form, a lint).
+//!
+//! ## The transports: where bytes meet each broker
+//!
+//! [`transport`]: one [`Transport`](transport::Transport) trait (publish, reserve, ack, retry,
+//! release, dead-letter, ...) and its bindings, which move bytes and settle reservations and
+//! decide nothing: `transport/amqp.rs` for `memory://`, `amqp://` and `amqps://` (through
+//! `polyq-amqp`), `transport/redis/` for both Redis layouts (feature `redis`), and
+//! [`AnyTransport`](transport::AnyTransport), the binding chosen by URL.
+//!
+//! ## The runtime: where retry and dead-letter are decided
+//!
+//! Written once, generic over the transport, so every broker runs the same code.
+//!
+//! - [`BabelQueue`]: a queue on a broker named by URL; publishes, hands out workers, redrives.
+//! - [`worker`]: the URN → handler registry and the run loop. One message goes
+//!   schema-version gate → decode (poison check) → URN lookup (unknown-URN strategy) →
+//!   interceptors and handler → ack, a retry with `attempts+1` while below `max_attempts`
+//!   ([`worker::Backoff`] says how long it waits), or the dead-letter queue with the block; that
+//!   decision is `worker/dispatch.rs`.
+//! - [`redrive`]: moving dead-lettered messages back to their queue, `attempts` reset.
+//!
+//! ## Errors and conformance
+//!
+//! [`Error`] is every failure of the crate; [`PoisonCause`] says why a body is not an envelope.
+//! [`conformance`] runs the cross-SDK conformance suite (`manifest.json` and fixtures) against
+//! this crate.
+//!
+//! # Feature flags
+//!
+//! - `amqp` (default): the RabbitMQ transport (`amqp://`, `amqps://`) through `polyq-amqp`.
+//!   `memory://` is always available.
+//! - `redis` (default): the Redis transport (`redis://`, `rediss://`), both layouts, and the
+//!   conformance runner's `redis` section.
+//!
+//! # Further reading
+//!
+//! In the repository:
+//! [`docs/babelqueue-contract.md`][contract] (the envelope, the codec's choices, the conformance
+//! runner, fuzzing), [`docs/babelqueue-runtime.md`][runtime] (dispatch, backoff, the bindings,
+//! concurrency and shutdown, interceptors, redrive), [`docs/INTEROP.md`][interop] (what was
+//! proven against which peer) and [`docs/BENCHMARKS.md`][benchmarks] (goals and figures).
+//!
+//! [contract]: https://example.invalid/polyq/blob/main/docs/babelqueue-contract.md
+//! [runtime]: https://example.invalid/polyq/blob/main/docs/babelqueue-runtime.md
+//! [interop]: https://example.invalid/polyq/blob/main/docs/INTEROP.md
+//! [benchmarks]: https://example.invalid/polyq/blob/main/docs/BENCHMARKS.md
 
-mod canonical;
 mod client;
 mod codec;
 pub mod conformance;
 pub mod dead_letter;
-pub mod envelope;
 mod error;
-mod finite;
 pub mod idempotency;
-mod make;
 pub mod projection;
-mod rawjson;
 pub mod redrive;
 pub mod schema;
 pub mod transport;
-mod typed;
 pub mod urn;
-pub mod whitespace;
 pub mod worker;
 
 pub use client::{BabelQueue, BabelQueueBuilder};
+pub use codec::{envelope, whitespace};
 
-pub use codec::{
-    Decoded, Reason, Verdict, Warning, WarningHook, classify, decode, set_warning_hook,
-};
+pub use codec::decode::{Decoded, Warning, WarningHook, decode, set_warning_hook};
+pub use codec::envelope::{Envelope, Meta, RawJson, SCHEMA_VERSION, SOURCE_LANG};
+pub use codec::make::{MakeOptions, Message, make};
+pub use codec::verdict::{Reason, Verdict, classify};
 pub use dead_letter::{DeadLetter, DeadLetterInfo, DeadLetterReason, poison_record};
-pub use envelope::{Envelope, Meta, RawJson, SCHEMA_VERSION, SOURCE_LANG};
 pub use error::{Error, PoisonCause, Result};
-pub use make::{MakeOptions, Message, make};
+
+/// The README's example, run as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

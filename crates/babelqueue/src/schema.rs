@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::envelope::pointer;
+use crate::codec::envelope::pointer;
 use crate::error::{Error, Result};
 
 /// The first place where a value breaks its schema.

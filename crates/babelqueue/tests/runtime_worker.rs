@@ -558,10 +558,63 @@ async fn shutdown_finishes_in_flight_work_then_releases_the_rest(broker: &'stati
     assert_eq!(back.attempts(), Some(0), "released unchanged");
 }
 
+/// A handler that panics, whether before it returns its future or while the future runs, fails
+/// its job like any error: retried, then dead-lettered with the panic's text, and the worker
+/// goes on to the next job.
+async fn a_panicking_handler_is_retried_then_dead_lettered(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
+    for when in ["before", "during"] {
+        scene
+            .queue
+            .publish(URN, &json!({"when": when}))
+            .await
+            .unwrap();
+    }
+    let report = scene
+        .queue
+        .worker()
+        .handle(URN, |job: Job| {
+            let when = job.data().map(|data| data.as_str().to_owned());
+            if when.as_deref() == Some(r#"{"when":"before"}"#) {
+                panic!("the handler gave up before its future");
+            }
+            async move {
+                if when.is_some() {
+                    panic!("the handler gave up in its future");
+                }
+                Ok::<(), GatewayTimeout>(())
+            }
+        })
+        .consume(6, IDLE)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.received, report.retried, report.dead_lettered),
+        (6, 4, 2),
+        "{report:?}"
+    );
+    let mut errors = Vec::new();
+    for _ in 0..2 {
+        let block = json_of(&scene.take(&scene.dlq()).await)["dead_letter"].clone();
+        assert_eq!(block["exception"], "panic");
+        errors.push(block["error"].as_str().unwrap().to_owned());
+    }
+    errors.sort();
+    assert_eq!(
+        errors,
+        [
+            "the handler gave up before its future",
+            "the handler gave up in its future"
+        ]
+    );
+    scene.assert_empty(scene.name()).await;
+}
+
 polyq_testkit::both_brokers!(
     round_trip,
     failing_then_succeeding,
     exhaustion_dead_letters_with_the_block,
+    a_panicking_handler_is_retried_then_dead_lettered,
     unknown_urn_strategies,
     poison_is_recorded_on_its_first_delivery,
     schema_gate_dead_letters_the_raw_body,

@@ -1,8 +1,50 @@
 //! One AMQP 0-9-1 model for polyq.
 //!
-//! The AceMQ and BabelQueue runtimes talk to brokers through this crate. It has two
-//! implementations chosen by URL: `amqp://` / `amqps://` over lapin (feature `amqp`), and
-//! `memory://`, an embedded in-process broker with the same semantics.
+//! The AceMQ and BabelQueue runtimes talk to brokers through this crate: it is where their bytes
+//! meet RabbitMQ or the embedded broker. [`Client`] has two implementations chosen by URL:
+//!
+//! - `amqp://` / `amqps://`: RabbitMQ over lapin (feature `amqp`, on by default). Every publishing
+//!   channel runs in confirm mode; a mandatory publish that comes back is attributed to its own
+//!   [`Confirm`]; a supervisor reconnects, declares the recorded topology again and resumes
+//!   consumers; [`Health`] carries the broker's blocked notice.
+//! - `memory://NAME`: the embedded in-process broker, with RabbitMQ's semantics for the subset
+//!   both families use (exchanges of every kind, bindings, durable and exclusive queues,
+//!   `x-message-ttl` with dead-letter exchanges and `x-death`, returns, confirms, prefetch, ack,
+//!   nack, requeue). Every `memory://NAME` in one process is the same broker.
+//!
+//! ```
+//! use polyq_amqp::{Client, OutgoingMessage, Properties, PublishOutcome, QueueSpec};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let client = Client::connect("memory://crate-docs").await?;
+//! client.declare_queue(&QueueSpec::new("orders")).await?;
+//! let message = OutgoingMessage::new("", "orders", Properties::default().persistent(), "{}");
+//! assert_eq!(client.publish(message).await?.await?, PublishOutcome::Acked);
+//! let delivery = client.get("orders").await?.expect("the message just published");
+//! assert_eq!(&delivery.body[..], b"{}");
+//! delivery.ack().await?;
+//! # Ok::<(), polyq_amqp::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Map of the crate
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `client` | [`Client`], [`ClientOptions`], [`ConsumeOptions`], [`Confirm`], [`Acker`], [`Consumer`] |
+//! | `amqp` | RabbitMQ: session, recovery supervisor, confirm ledger, conversion to lapin types |
+//! | `memory` | the embedded broker: routing, queues, expiry and dead-lettering, limits |
+//! | [`message_json`] | the one JSON shape of a message on the `polyq` command line |
+//! | `topology`, `properties`, `value` | [`QueueSpec`], [`ExchangeSpec`], [`Binding`], [`Properties`], [`FieldValue`] |
+//! | `error` | [`Error`], with predicates a caller decides with |
+//!
+//! A longer example on the embedded broker, a retry rung and a dead-letter queue:
+//! `cargo run -p polyq-amqp --example embedded_broker`. How the two families use this crate:
+//! the `acemq` and `babelqueue` crate docs, and `docs/` in the repository.
+//!
+//! # Feature flags
+//!
+//! - `amqp` (default): `amqp://` and `amqps://` over lapin. Without it, only `memory://`.
 
 #[cfg(feature = "amqp")]
 mod amqp;

@@ -47,8 +47,11 @@ use time::OffsetDateTime;
 
 use super::PatternError;
 use super::pipeline::application_headers;
-use crate::consumer::{Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome};
-use crate::{AceMq, Envelope, Itinerary, RuntimeError, headers, wire};
+use crate::contract::{headers, wire};
+use crate::runtime::consumer::{
+    Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome,
+};
+use crate::{AceMq, Envelope, Itinerary, RuntimeError};
 
 /// Publishes `payload` (JSON) to the first stop of `itinerary`, carrying it. Returns the
 /// envelope sent; an itinerary with no stops is refused.

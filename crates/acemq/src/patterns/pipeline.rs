@@ -7,6 +7,12 @@
 //! the run there. A step returning `None` before the last step ends the run early (counted
 //! apart from completed runs).
 //!
+//! As in Java, a run is one envelope: a step hands the envelope it received on to the next
+//! step (same id, type, correlation, causation, first seen and origin, the application
+//! headers, the route advanced), so an age limit and an idempotency key cover the whole run.
+//! Only the attempt starts again at 1 for each step. Step queues are quorum queues, as Java
+//! declares them.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -50,9 +56,10 @@ use polyq_amqp::{Binding, ExchangeKind, ExchangeSpec, FieldTable, QueueSpec};
 use serde_json::Value;
 
 use super::PatternError;
-use crate::consumer::{Consumer, ConsumerBuilder, HandlerError, Message, Outcome};
-use crate::headers::SHARED_PREFIX;
-use crate::telemetry::{PipelineRunMetrics, RunResult};
+use crate::contract::headers::SHARED_PREFIX;
+use crate::contract::topology::{QUEUE_TYPE_ARGUMENT, QueueType};
+use crate::runtime::consumer::{Consumer, ConsumerBuilder, HandlerError, Message, Outcome};
+use crate::runtime::telemetry::{PipelineRunMetrics, RunResult};
 use crate::{AceMq, Envelope, RoutingSlip, RuntimeError};
 
 #[derive(Debug, Default)]
@@ -114,7 +121,8 @@ impl Pipeline {
         self.runs.ended_early.load(Ordering::Relaxed)
     }
 
-    /// Declares the direct exchange, one durable queue per step and its binding.
+    /// Declares the direct exchange, one durable quorum queue per step (no other arguments,
+    /// as Java declares it, so either side may declare first) and its binding.
     pub async fn declare(&self) -> Result<(), PatternError> {
         let client = self.mq.client();
         client
@@ -122,9 +130,9 @@ impl Pipeline {
             .await?;
         for step in self.steps.iter() {
             let queue = self.queue_of(step);
-            client
-                .declare_queue(&QueueSpec::new(queue.as_str()))
-                .await?;
+            let spec = QueueSpec::new(queue.as_str())
+                .argument(QUEUE_TYPE_ARGUMENT, QueueType::Quorum.as_str().into());
+            client.declare_queue(&spec).await?;
             client
                 .bind_queue(&Binding::new(queue, self.name.as_str(), step.as_str()))
                 .await?;
@@ -132,12 +140,13 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Starts a run: publishes `payload` (JSON) to the first step with a fresh run id.
-    /// Returns the envelope sent.
+    /// Starts a run: publishes `payload` (JSON) to the first step with a fresh run id, in an
+    /// envelope whose type is the pipeline's name (as Java's `Pipeline.send`). Returns the
+    /// envelope sent; every hop of the run carries its id.
     pub async fn start(&self, payload: &Value) -> Result<Envelope, PatternError> {
         let slip = RoutingSlip::start_of(self.steps.iter().cloned()).map_err(RuntimeError::from)?;
         let first = slip.current().unwrap_or_default().to_owned();
-        let envelope = Envelope::of(first.as_str())
+        let envelope = Envelope::of(self.name.as_str())
             .route(slip)
             .build()
             .map_err(RuntimeError::from)?;
@@ -228,7 +237,8 @@ impl Pipeline {
             .await?)
     }
 
-    /// Sends `payload` on to `step`, the slip's current one.
+    /// Sends `payload` on to `step`, the slip's current one, in the envelope `previous`
+    /// carried forward.
     async fn forward(
         &self,
         previous: &Envelope,
@@ -236,12 +246,7 @@ impl Pipeline {
         slip: RoutingSlip,
         payload: &Value,
     ) -> Outcome {
-        let envelope = previous
-            .causing(step.as_str())
-            .headers(application_headers(previous.headers()))
-            .route(slip)
-            .build();
-        let envelope = match envelope {
+        let envelope = match carried_forward(previous, slip) {
             Ok(envelope) => envelope,
             Err(e) => return Outcome::reject(e),
         };
@@ -255,6 +260,26 @@ impl Pipeline {
             Err(e) => Outcome::retry(e),
         }
     }
+}
+
+/// The envelope of a declared pipeline's next hop: the one received, carried forward as Java's
+/// `envelope.toBuilder().route(slip)` does (id, type, version, correlation, causation, first
+/// seen, origin, claim and application headers kept), with the route advanced. Unlike Java the
+/// attempt starts again at 1, since it counts this step's tries and the next step has made
+/// none; and what describes only the delivery just handled stays behind: the shared `acemq-`
+/// headers (replay stamps, reply address) and the error of a replayed dead letter.
+fn carried_forward(previous: &Envelope, slip: RoutingSlip) -> crate::Result<Envelope> {
+    Envelope::of(previous.message_type())
+        .id(previous.id())
+        .version(previous.version())
+        .correlation_id(previous.correlation_id())
+        .causation_id(previous.causation_id().unwrap_or_default())
+        .first_seen(previous.first_seen())
+        .origin(previous.origin().unwrap_or_default())
+        .claim(previous.claim().unwrap_or_default())
+        .headers(application_headers(previous.headers()))
+        .route(slip)
+        .build()
 }
 
 /// The headers a hop carries on: the application's, not the shared `acemq-` ones that

@@ -41,7 +41,8 @@ use polyq_amqp::{Delivery, OutgoingMessage, PublishOutcome};
 use time::OffsetDateTime;
 
 use super::PatternError;
-use crate::{AceMq, Envelope, topology};
+use crate::contract::topology;
+use crate::{AceMq, Envelope};
 
 /// Messages fetched per round by default.
 pub const DEFAULT_BATCH_SIZE: usize = 100;

@@ -51,11 +51,14 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::PatternError;
-use crate::codec::{Decode as _, Json};
-use crate::consumer::{Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome};
-use crate::telemetry::{RequestMetrics, RequestResult};
-use crate::topology::{QUEUE_TYPE_ARGUMENT, QueueType};
-use crate::{AceMq, Envelope, RuntimeError, headers, lenient, wire};
+use crate::contract::codec::{Decode as _, Json};
+use crate::contract::topology::{QUEUE_TYPE_ARGUMENT, QueueType};
+use crate::contract::{headers, lenient, wire};
+use crate::runtime::consumer::{
+    Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome,
+};
+use crate::runtime::telemetry::{RequestMetrics, RequestResult};
+use crate::{AceMq, Envelope, RuntimeError};
 
 /// How long a request waits for its reply by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

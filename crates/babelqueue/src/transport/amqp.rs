@@ -20,7 +20,7 @@ use polyq_amqp::{
     Acker, Client, ClientOptions, Confirm, ConsumeOptions, Consumer, FieldValue, OutgoingMessage,
     Properties, PublishOutcome, QueueSpec,
 };
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::{Capabilities, Headers, Health, Reserved, TlsOptions, Transport};
 use crate::projection;
@@ -257,16 +257,15 @@ impl AmqpTransport {
     }
 
     /// Publishes the reserved message unchanged (body and properties) to the end of its queue,
-    /// after `delay`, then acknowledges the reservation.
-    async fn republish(&self, receipt: &AmqpReceipt, delay: Duration) -> Result<()> {
+    /// after `delay`, and waits for the confirm; the reservation is still to be settled.
+    async fn copy_to_end(&self, receipt: &AmqpReceipt, delay: Duration) -> Result<()> {
         self.publish_after(
             &receipt.queue,
             (*receipt.properties).clone(),
             receipt.body.clone(),
             delay,
         )
-        .await?;
-        Ok(receipt.acker.ack().await?)
+        .await
     }
 
     /// Queues an unchanged copy of the reserved message (body and properties) for the end of its
@@ -340,7 +339,8 @@ fn amqp_integer(value: i64) -> FieldValue {
 }
 
 /// The properties of a body written by this binding: the contract projection when it decodes,
-/// the fixed content properties otherwise (a poison record, an undecodable raw body).
+/// the fixed content properties otherwise (a poison record, an undecodable raw body); the
+/// out-of-band headers ride with either.
 fn properties_for(body: &[u8], headers: &[(String, String)]) -> Properties {
     let out_of_band: Vec<(&str, &str)> = headers
         .iter()
@@ -353,6 +353,13 @@ fn properties_for(body: &[u8], headers: &[(String, String)]) -> Properties {
                 .with_content_type(projection::CONTENT_TYPE)
                 .persistent();
             props.app_id = Some(projection::APP_ID.to_owned());
+            for (name, value) in out_of_band {
+                if !name.is_empty() && !value.is_empty() {
+                    props
+                        .headers
+                        .insert(name.to_owned(), FieldValue::from(value));
+                }
+            }
             props
         }
     }
@@ -449,19 +456,25 @@ impl Transport for AmqpTransport {
         Ok(receipt.acker.ack().await?)
     }
 
-    /// Without a delay the broker requeues the delivery in place (`basic.nack` with requeue),
-    /// keeping its position; with one, the unchanged message goes through the delay queue.
+    /// Republishes the unchanged message (body and properties) to the end of its queue, through
+    /// the delay queue when delayed, and acknowledges the original once the copy is confirmed,
+    /// as the Go and Python SDKs release: a `basic.nack` with requeue would put it back at the
+    /// head, where the consumer that released it meets it again before anything queued behind
+    /// it. A copy that cannot be published leaves the delivery requeued in place (logged), so
+    /// it is never held.
     async fn release(&self, receipt: &AmqpReceipt, delay: Duration) -> Result<()> {
-        if delay.is_zero() {
+        if let Err(error) = self.copy_to_end(receipt, delay).await {
+            warn!(queue = %receipt.queue, %error, "could not republish a released message to the end of its queue; requeueing it in place");
             return Ok(receipt.acker.nack(true).await?);
         }
-        self.republish(receipt, delay).await
+        Ok(receipt.acker.ack().await?)
     }
 
     /// Publishes a copy with the same body and properties, then acknowledges the original: a
     /// crash in between leaves both, never neither.
     async fn move_to_end(&self, receipt: &AmqpReceipt) -> Result<()> {
-        self.republish(receipt, Duration::ZERO).await
+        self.copy_to_end(receipt, Duration::ZERO).await?;
+        Ok(receipt.acker.ack().await?)
     }
 
     /// The copies are queued on the one publishing channel in the order given, so the broker
@@ -494,8 +507,11 @@ impl Transport for AmqpTransport {
         }
     }
 
+    /// Publishes to the dead-letter queue with the headers the message came with (`traceparent`,
+    /// `tracestate`, `bq-replay-bypass`), as the default Redis layout keeps them in its frame,
+    /// then acknowledges.
     async fn dead_letter(&self, receipt: &AmqpReceipt, dlq: &str, body: Bytes) -> Result<()> {
-        let properties = properties_for(&body, &[]);
+        let properties = properties_for(&body, &out_of_band(&receipt.properties));
         self.publish_confirmed(dlq, properties, body).await?;
         Ok(receipt.acker.ack().await?)
     }

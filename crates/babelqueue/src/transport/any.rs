@@ -336,6 +336,10 @@ impl Transport for AnyTransport {
         )
     }
 
+    fn dead_letter_queue(&self, queue: &str) -> String {
+        with_binding!(self, |t| t.dead_letter_queue(queue))
+    }
+
     fn schema_version(&self, receipt: &AnyReceipt) -> Option<String> {
         with_receipt!(self, receipt, |t, r| t.schema_version(r), None)
     }

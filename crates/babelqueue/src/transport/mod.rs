@@ -113,6 +113,14 @@ pub trait Transport: Send + Sync + 'static {
     /// does not exist.
     fn depth(&self, queue: &str) -> impl Future<Output = crate::Result<u64>> + Send;
 
+    /// The dead-letter queue of `queue` on this binding, where the worker writes and
+    /// [`crate::BabelQueue::redrive`] reads: `<queue>.dlq` unless the binding names it otherwise
+    /// (the Redis bindings' [`dlq_suffix`](redis::RedisOptions::dlq_suffix)). Default
+    /// `<queue>.dlq`.
+    fn dead_letter_queue(&self, queue: &str) -> String {
+        format!("{queue}.dlq")
+    }
+
     /// Writes `body` to the dead-letter queue `dlq`, then settles the reservation.
     fn dead_letter(
         &self,

@@ -28,7 +28,7 @@ pub(crate) enum Outcome {
     DeadLettered,
     /// Put back unchanged (the `release` strategy, or a stop that could not wait).
     Released,
-    /// Acknowledged and dropped (the `delete` strategy).
+    /// Acknowledged and dropped (the `delete` strategy, or exhausted with dead-lettering off).
     Deleted,
     /// Settling failed; the message was handed back to the broker, or left for it to return.
     Unsettled,
@@ -168,7 +168,9 @@ impl<T: Transport> Context<T> {
                 let next = match outcome {
                     Outcome::Retried => AfterFailure::Retried,
                     Outcome::DeadLettered => AfterFailure::DeadLettered,
-                    // A failed job is retried, dead-lettered, or handed back when that failed.
+                    Outcome::Deleted => AfterFailure::Dropped,
+                    // A failed job is retried, dead-lettered, dropped, or handed back when that
+                    // failed.
                     _ => AfterFailure::HandedBack,
                 };
                 (outcome, JobResult::Failed { error, next })
@@ -243,6 +245,10 @@ impl<T: Transport> Context<T> {
                     self.hand_back(receipt, shutdown).await
                 }
             };
+        }
+        if !self.settings.dead_letter {
+            warn!(queue = %self.queue, attempts, error = %fault.failure.message, "attempts exhausted: dropping the message (dead-lettering off)");
+            return self.ack_dropped(receipt).await;
         }
         warn!(queue = %self.queue, attempts, error = %fault.failure.message, "attempts exhausted: dead-lettering");
         let block = self.block(fault.reason, &envelope, &fault.failure);

@@ -3,11 +3,8 @@
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-
-use futures_util::FutureExt as _;
 
 use super::Job;
 
@@ -18,6 +15,16 @@ pub(crate) struct Failure {
     pub(crate) message: String,
     /// The error's type name (informational, like Go's `%T`).
     pub(crate) exception: String,
+}
+
+impl Failure {
+    /// A caught panic: its text, and `panic` as the type.
+    pub(crate) fn panicked(panic: polyq_runtime::Panic) -> Self {
+        Self {
+            message: panic.into_message(),
+            exception: "panic".to_owned(),
+        }
+    }
 }
 
 pub(crate) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send>>;
@@ -39,9 +46,14 @@ where
     E: Display + 'static,
 {
     fn call(&self, job: Job) -> HandlerFuture {
-        let future = (self.f)(job);
+        // A closure can panic before it returns its future; that panic takes the same failure
+        // path as one raised while the future runs.
+        let future = match polyq_runtime::catch_panic_sync(|| (self.f)(job)) {
+            Ok(future) => future,
+            Err(panic) => return Box::pin(std::future::ready(Err(Failure::panicked(panic)))),
+        };
         Box::pin(async move {
-            match AssertUnwindSafe(future).catch_unwind().await {
+            match polyq_runtime::catch_panic(future).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(error)) => Err(Failure {
                     message: error.to_string(),
@@ -49,22 +61,10 @@ where
                 }),
                 // One bad message must not take the worker down: a panic is a failure like any
                 // other, retried or dead-lettered.
-                Err(panic) => Err(Failure {
-                    message: panic_message(panic.as_ref()),
-                    exception: "panic".to_owned(),
-                }),
+                Err(panic) => Err(Failure::panicked(panic)),
             }
         })
     }
-}
-
-/// The text a panic was raised with.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// URN → handler, exact match, the last registration of a URN wins.

@@ -2,16 +2,13 @@
 //! (the `after` half in reverse), for metrics, logging, tenant checks or refusing a job without
 //! touching every handler.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
+use polyq_runtime::{BoxError, InterceptorChain, Refusal};
 use tracing::error;
 
 use super::Job;
-use super::handler::{Failure, panic_message};
-
-/// An error an interceptor returns.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use super::handler::Failure;
 
 /// The `exception` of the `dead_letter` block when a `before_handle` refused the job.
 const REFUSED: &str = "InterceptorRefused";
@@ -79,6 +76,9 @@ pub enum AfterFailure {
     Retried,
     /// Attempts exhausted: written to the dead-letter queue with the `dead_letter` block.
     DeadLettered,
+    /// Attempts exhausted with dead-lettering off ([`Worker::dead_letter`](super::Worker::dead_letter)):
+    /// acknowledged and dropped.
+    Dropped,
     /// Settling failed (the retry publish or the dead-letter write); the message went back to
     /// the broker, which delivers it again.
     HandedBack,
@@ -156,13 +156,15 @@ pub trait JobInterceptor: Send + Sync + 'static {
 /// A worker's interceptors with the type name of each, to say which one refused or panicked.
 #[derive(Default)]
 pub(crate) struct Interceptors {
-    chain: Vec<(&'static str, Box<dyn JobInterceptor>)>,
+    chain: InterceptorChain<dyn JobInterceptor>,
 }
 
 impl Interceptors {
-    pub(crate) fn push<I: JobInterceptor>(&mut self, interceptor: I) {
-        self.chain
-            .push((std::any::type_name::<I>(), Box::new(interceptor)));
+    pub(crate) fn push(&mut self, interceptor: impl JobInterceptor) {
+        self.chain.push(
+            std::any::type_name_of_val(&interceptor),
+            Box::new(interceptor),
+        );
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -176,36 +178,30 @@ impl Interceptors {
     /// Runs `before_handle` in order until one refuses; returns how many passed (they, and only
     /// they, get `after_handle`) and the refusal.
     pub(crate) fn before(&self, job: &JobContext<'_>) -> (usize, Option<Failure>) {
-        for (passed, (name, interceptor)) in self.chain.iter().enumerate() {
-            let refusal = match catch_unwind(AssertUnwindSafe(|| interceptor.before_handle(job))) {
-                Ok(Ok(())) => continue,
-                Ok(Err(error)) => Failure {
-                    message: error.to_string(),
-                    exception: REFUSED.to_owned(),
-                },
-                Err(panic) => {
-                    let message = panic_message(panic.as_ref());
-                    error!(queue = %job.job().queue(), interceptor = name, %message, "an interceptor panicked before the handler; the job fails");
-                    Failure {
-                        message,
-                        exception: "panic".to_owned(),
-                    }
-                }
-            };
-            return (passed, Some(refusal));
-        }
-        (self.chain.len(), None)
+        let before = self
+            .chain
+            .before(|interceptor| interceptor.before_handle(job));
+        let refusal = before.refusal.map(|refusal| match refusal {
+            Refusal::Refused { error, .. } => Failure {
+                message: error.to_string(),
+                exception: REFUSED.to_owned(),
+            },
+            Refusal::Panicked { interceptor, panic } => {
+                error!(queue = %job.job().queue(), interceptor, message = %panic, "an interceptor panicked before the handler; the job fails");
+                Failure::panicked(panic)
+            }
+        });
+        (before.passed, refusal)
     }
 
     /// Runs `after_handle` of the first `passed` interceptors in reverse order.
     pub(crate) fn after(&self, passed: usize, job: &JobContext<'_>, result: &JobResult) {
-        for (name, interceptor) in self.chain[..passed].iter().rev() {
-            if let Err(panic) =
-                catch_unwind(AssertUnwindSafe(|| interceptor.after_handle(job, result)))
-            {
-                let message = panic_message(panic.as_ref());
-                error!(queue = %job.job().queue(), interceptor = name, %message, "an interceptor panicked after the job; ignored");
-            }
-        }
+        self.chain.after(
+            passed,
+            |interceptor| interceptor.after_handle(job, result),
+            |interceptor, panic| {
+                error!(queue = %job.job().queue(), interceptor, message = %panic, "an interceptor panicked after the job; ignored");
+            },
+        );
     }
 }

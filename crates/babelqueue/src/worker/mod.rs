@@ -31,7 +31,6 @@ mod dispatch;
 mod handler;
 mod interceptor;
 mod job;
-mod shutdown;
 
 use std::fmt::Display;
 use std::future::Future;
@@ -44,9 +43,9 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 pub use backoff::Backoff;
-pub use interceptor::{AfterFailure, BoxError, JobContext, JobInterceptor, JobResult};
+pub use interceptor::{AfterFailure, JobContext, JobInterceptor, JobResult};
 pub use job::{Job, REPLAY_BYPASS_HEADER};
-pub use shutdown::Shutdown;
+pub use polyq_runtime::{BoxError, Shutdown};
 
 use crate::transport::Transport;
 use crate::{Error, Result};
@@ -112,7 +111,7 @@ pub struct WorkerReport {
     pub dead_lettered: u64,
     /// Put back unchanged (`release` strategy, or unfinished at shutdown).
     pub released: u64,
-    /// Dropped (`delete` strategy).
+    /// Dropped (`delete` strategy, or attempts exhausted with dead-lettering off).
     pub deleted: u64,
     /// Could not be settled as decided (e.g. the dead-letter queue refused the write); handed
     /// back to the broker, which delivers them again.
@@ -144,6 +143,7 @@ pub(crate) struct Settings {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) poll_wait: Duration,
     pub(crate) redelivery_pause: Duration,
+    pub(crate) dead_letter: bool,
 }
 
 impl Default for Settings {
@@ -157,6 +157,7 @@ impl Default for Settings {
             shutdown_timeout: Duration::from_secs(30),
             poll_wait: Duration::from_secs(1),
             redelivery_pause: Duration::from_secs(1),
+            dead_letter: true,
         }
     }
 }
@@ -167,8 +168,9 @@ impl Default for Settings {
 /// Handlers are async functions of a [`Job`] returning `Result<(), E>` for any displayable `E`:
 /// `Ok` acknowledges the message; `Err` (or a panic) counts an attempt: the message is retried
 /// with `attempts+1` while that stays below `max_attempts`, and dead-lettered to
-/// `<queue>.dlq` with the `dead_letter` block (reason `failed`, the error's text and type
-/// name) when it does not.
+/// `<queue>.dlq` (the binding's [`Transport::dead_letter_queue`]) with the `dead_letter` block
+/// (reason `failed`, the error's text and type name) when it does not, or dropped when
+/// dead-lettering is off ([`Worker::dead_letter`]).
 pub struct Worker<T: Transport> {
     transport: Arc<T>,
     queue: String,
@@ -256,7 +258,19 @@ impl<T: Transport> Worker<T> {
         self
     }
 
-    /// The dead-letter queue (default `<queue>.dlq`).
+    /// Whether a message whose attempts are exhausted goes to the dead-letter queue (default
+    /// `true`) or is acknowledged and dropped with a warning (`false`, the Python SDK's default
+    /// `dead_letter=False`). It only decides for exhausted retries (a failing handler, the
+    /// [`UnknownUrn::Fail`] strategy): poison, version-gated bodies and the
+    /// [`UnknownUrn::DeadLetter`] strategy are dead-lettered either way, since a message
+    /// nobody could handle is never dropped unseen.
+    pub fn dead_letter(mut self, enabled: bool) -> Self {
+        self.settings.dead_letter = enabled;
+        self
+    }
+
+    /// The dead-letter queue (default `<queue>.dlq`, or the binding's own name for it:
+    /// [`Transport::dead_letter_queue`]).
     pub fn dead_letter_queue(mut self, queue: impl Into<String>) -> Self {
         self.dead_letter_queue = Some(queue.into());
         self
@@ -293,7 +307,7 @@ impl<T: Transport> Worker<T> {
     pub fn dead_letter_queue_name(&self) -> String {
         self.dead_letter_queue
             .clone()
-            .unwrap_or_else(|| format!("{}.dlq", self.queue))
+            .unwrap_or_else(|| self.transport.dead_letter_queue(&self.queue))
     }
 
     /// Runs until `shutdown` is stopped: takes messages as handlers free up, then stops taking

@@ -448,6 +448,11 @@ impl Transport for RedisTransport {
         Ok(())
     }
 
+    /// `<queue><dlq suffix>` ([`RedisOptions::dlq_suffix`]).
+    fn dead_letter_queue(&self, queue: &str) -> String {
+        self.inner.options.dead_letter_queue(queue)
+    }
+
     async fn dead_letter(
         &self,
         receipt: &RedisReceipt,

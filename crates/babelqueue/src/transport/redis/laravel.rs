@@ -324,6 +324,11 @@ impl Transport for LaravelTransport {
         .await
     }
 
+    /// `<queue><dlq suffix>` ([`RedisOptions::dlq_suffix`]).
+    fn dead_letter_queue(&self, queue: &str) -> String {
+        self.inner.options.dead_letter_queue(queue)
+    }
+
     async fn dead_letter(
         &self,
         receipt: &LaravelReceipt,

@@ -125,6 +125,10 @@ impl<T: Transport> Transport for Counted<T> {
         self.inner.dead_letter(receipt, dlq, body).await
     }
 
+    fn dead_letter_queue(&self, queue: &str) -> String {
+        self.inner.dead_letter_queue(queue)
+    }
+
     fn schema_version(&self, receipt: &T::Receipt) -> Option<String> {
         self.inner.schema_version(receipt)
     }

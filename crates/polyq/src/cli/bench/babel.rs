@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use babelqueue::BabelQueue;
 use babelqueue::transport::redis::RedisOptions;
-use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout};
+use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport as _};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use futures_util::{StreamExt, TryStreamExt};
@@ -374,7 +374,7 @@ async fn acemq_end_to_end(args: &BabelArgs, body: Bytes) -> anyhow::Result<f64> 
 /// Deletes what the queue's binding keeps for `queue`: the queue and its dead-letter queue.
 async fn remove(url: &str, queue: &BabelQueue) -> anyhow::Result<()> {
     let name = queue.queue();
-    let dlq = format!("{name}.dlq");
+    let dlq = queue.transport().dead_letter_queue(name);
     match queue.transport().as_ref() {
         AnyTransport::Amqp(amqp) => {
             for queue in [name, dlq.as_str()] {

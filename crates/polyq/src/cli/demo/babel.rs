@@ -35,7 +35,7 @@ pub(crate) async fn run(url: &str, layout: Layout, timeline: &Timeline) -> anyho
 
 async fn steps(jobs: &BabelQueue, timeline: &Timeline) -> anyhow::Result<()> {
     let queue = jobs.queue().to_owned();
-    let dlq = format!("{queue}.dlq");
+    let dlq = jobs.transport().dead_letter_queue(&queue);
 
     let sent = jobs
         .publish(CREATED, &json!({"order_id": 1042, "amount": 99.9}))
@@ -220,7 +220,7 @@ async fn show_dead_letters(
 async fn remove(url: &str, transport: &AnyTransport, queue: &str) {
     match transport {
         AnyTransport::Amqp(amqp) => {
-            for name in [queue.to_owned(), format!("{queue}.dlq")] {
+            for name in [queue.to_owned(), amqp.dead_letter_queue(queue)] {
                 amqp.client().delete_queue(&name).await.ok();
             }
         }
