@@ -49,6 +49,10 @@
 //!   carried JSON slip).
 //! - [`provenance`]: the origin a publisher stamps.
 //!
+//! Beside them, [`inspect`] (`inspect.rs`, pure as well) maps a message to the operator's view,
+//! the envelope and decoded payload beside the wire message, and envelope fields back to a wire
+//! message, as `polyq acemq decode`, `encode` and `peek` print them.
+//!
 //! ## `runtime/`: the contract carried out against a broker
 //!
 //! Bytes meet the broker in `polyq-amqp`: its [`Client`](polyq_amqp::Client) (reached through
@@ -77,11 +81,13 @@
 //! [`patterns`]: replaying set-aside messages, request/reply, declared pipelines, carried
 //! itineraries and the claim check.
 //!
-//! ## Errors
+//! ## Errors (`error.rs`)
 //!
 //! [`Error`]: a value handed to the contract that is not valid (building an envelope, a route, a
 //! policy). [`RuntimeError`]: what went wrong connecting, publishing or consuming, wrapping the
-//! transport's or the contract's error.
+//! transport's or the contract's error. Both, and
+//! [`PatternError`](patterns::PatternError), answer `is_transient()` and `is_connection()`:
+//! whether to try again or set the message aside is one call.
 //!
 //! # Feature flags
 //!
@@ -111,22 +117,21 @@
 
 mod contract;
 mod error;
+pub mod inspect;
 pub mod patterns;
 mod runtime;
-mod runtime_error;
 
 pub use contract::envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
 pub use contract::itinerary::{Itinerary, Stop};
 pub use contract::route::RoutingSlip;
 pub use contract::{codec, headers, provenance, retry, topology, wire};
-pub use error::{Error, Result};
+pub use error::{Error, Result, RuntimeError};
 pub use runtime::connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
 pub use runtime::consumer::{
     Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome, Shutdown,
 };
 pub use runtime::publisher::{PendingConfirm, Publisher};
 pub use runtime::{consumer, interceptor, publisher, telemetry, topology_apply};
-pub use runtime_error::RuntimeError;
 /// The date-time crate of this API ([`time::OffsetDateTime`] for first-seen and replay times).
 pub use time;
 

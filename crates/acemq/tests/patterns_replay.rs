@@ -215,7 +215,11 @@ async fn a_missing_destination_loses_nothing(env: &'static Env) {
         matches!(&err, PatternError::ReplayPublish { destination, .. } if *destination == queue),
         "{err}"
     );
-    assert!(err.to_string().contains("does not exist"), "{err}");
+    let chain = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ");
+    assert!(chain.contains("does not exist"), "{chain}");
     assert_eq!(remaining(env, &dlq).await, 1);
 }
 polyq_testkit::both_brokers!(a_missing_destination_loses_nothing);

@@ -249,3 +249,25 @@ async fn send_async_honours_the_default_cap(env: &'static Env) {
     send_async_waits_at_the_cap(env, &env.mq, &queue, DEFAULT_MAX_OUTSTANDING_CONFIRMS).await;
 }
 polyq_testkit::both_brokers!(send_async_honours_the_default_cap);
+
+/// A bad option is a configuration error naming it, not a failure of the broker.
+#[tokio::test]
+async fn zero_outstanding_confirms_is_refused_as_a_configuration_error() {
+    let error = acemq::AceMq::builder()
+        .url("memory://acemq-config-error")
+        .max_outstanding_confirms(0)
+        .connect()
+        .await
+        .expect_err("a window of no confirms is refused");
+    assert!(
+        matches!(
+            &error,
+            RuntimeError::Config {
+                option: "max_outstanding_confirms",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(!error.is_transient(), "{error:?}");
+}

@@ -17,11 +17,22 @@ use crate::idempotency::{Effect, IdempotencyStore, InMemoryStore, run_once};
 use crate::projection::{self, AsbValue, SchemaGate};
 use crate::{DeadLetterInfo, Envelope, MakeOptions, Verdict};
 
-/// Where the runner finds what it needs beyond the suite.
+/// Where the runner finds what it needs beyond the suite. Start from [`Options::default`]
+/// (fields may be added, so the struct cannot be written out).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct Options {
     /// Redis URL for the `redis` section (a case fails when it is missing or unreachable).
+    /// Default: none.
     pub redis_url: Option<String>,
+}
+
+impl Options {
+    /// Sets the Redis URL of the `redis` section.
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.redis_url = Some(url.into());
+        self
+    }
 }
 
 /// The outcome of one case.

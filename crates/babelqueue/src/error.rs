@@ -5,6 +5,7 @@ use std::path::PathBuf;
 /// Why a body could not be decoded into an envelope: a *poison* body, never handed to a handler
 /// and never treated as an unknown URN (it goes to the dead-letter queue as a poison record).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PoisonCause {
     /// The bytes are not valid UTF-8.
     #[error("the body is not valid UTF-8")]
@@ -29,7 +30,13 @@ pub enum PoisonCause {
 }
 
 /// Everything that can go wrong in the `babelqueue` crate.
+///
+/// A handler or an operator decides with [`Error::is_transient`] (worth trying again later) and
+/// [`Error::is_connection`] (the link to the broker failed). Where a library underneath
+/// reported the failure, its error is the [`source`](std::error::Error::source); the message of
+/// a variant never repeats the text of its source.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// `make` was given a URN that is empty or only ASCII whitespace.
     #[error(
@@ -62,10 +69,10 @@ pub enum Error {
     InvalidMeta(String),
     /// A body is poison: it does not decode into an envelope.
     #[error("undecodable BabelQueue body: {0}")]
-    Poison(#[from] PoisonCause),
+    Poison(PoisonCause),
     /// A value could not be serialised as JSON.
     #[error("could not serialise as JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// `data` does not match the JSON Schema registered for its URN.
     #[error("data for {urn:?} does not match its URN schema: {violation}")]
     InvalidPayload {
@@ -94,7 +101,7 @@ pub enum Error {
         message: String,
     },
     /// The AMQP broker (RabbitMQ or the embedded `memory://` broker) failed an operation.
-    #[error("broker: {0}")]
+    #[error(transparent)]
     Amqp(#[from] polyq_amqp::Error),
     /// The broker did not take a published message (a negative confirm, or no queue to route to).
     #[error("the broker did not take the message for queue {queue:?}: {why}")]
@@ -148,7 +155,68 @@ pub enum Error {
         kind: RedisErrorKind,
         /// What went wrong and, where it helps, what to do.
         message: String,
+        /// The Redis client's error (`redis::RedisError`), when it reported one.
+        #[source]
+        source: Option<polyq_amqp::SourceError>,
     },
+}
+
+// Written out rather than `#[from]`, which would also make them the source: their text is
+// already part of the message.
+impl From<PoisonCause> for Error {
+    fn from(cause: PoisonCause) -> Self {
+        Error::Poison(cause)
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(error: serde_json::Error) -> Self {
+        Error::Json(error)
+    }
+}
+
+impl Error {
+    /// Whether trying again later may succeed: the broker or the Redis server could not be
+    /// reached or the connection broke ([`polyq_amqp::Error::is_transient`],
+    /// [`RedisErrorKind::Connection`]), the broker did not take a published message (a
+    /// negative confirm, or no queue yet to route to), or an idempotency store failed. A poison body, a refused envelope, a schema violation or a bad
+    /// option fail the same way again. A stopped redrive is transient when what stopped it is.
+    ///
+    /// ```
+    /// use babelqueue::Error;
+    ///
+    /// assert!(Error::Store("connection refused".into()).is_transient());
+    /// assert!(!Error::BlankUrn(" ".into()).is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Amqp(error) => error.is_transient(),
+            Error::Redis { kind, .. } => *kind == RedisErrorKind::Connection,
+            Error::NotPublished { .. } | Error::Store(_) => true,
+            Error::Redrive { source, .. } => source.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Whether the failure is the link to the broker or the Redis server.
+    pub fn is_connection(&self) -> bool {
+        match self {
+            Error::Amqp(error) => error.is_connection(),
+            Error::Redis { kind, .. } => *kind == RedisErrorKind::Connection,
+            Error::Redrive { source, .. } => source.is_connection(),
+            _ => false,
+        }
+    }
+
+    /// Whether the broker might have taken a message although its publish failed (its confirm
+    /// was lost with the connection): publishing it again may duplicate it.
+    pub fn may_have_been_published(&self) -> bool {
+        match self {
+            Error::Amqp(error) => error.may_have_been_published(),
+            Error::Redrive { source, .. } => source.may_have_been_published(),
+            _ => false,
+        }
+    }
 }
 
 /// What kind of failure an [`Error::Redis`] is.
@@ -172,3 +240,99 @@ pub enum RedisErrorKind {
 
 /// `Result` with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis(kind: RedisErrorKind) -> Error {
+        Error::Redis {
+            url: "redis://127.0.0.1:6379/0".to_owned(),
+            operation: "reserve from \"jobs\"".to_owned(),
+            kind,
+            message: "what went wrong".to_owned(),
+            source: None,
+        }
+    }
+
+    #[test]
+    fn broker_errors_delegate_to_the_transport() {
+        let lost = Error::Amqp(polyq_amqp::Error::Unavailable {
+            url: "amqp://broker".to_owned(),
+            operation: "publish".to_owned(),
+            waited_ms: 30_000,
+        });
+        assert!(lost.is_transient() && lost.is_connection() && !lost.may_have_been_published());
+        let unconfirmed = Error::Amqp(polyq_amqp::Error::Unconfirmed {
+            exchange: String::new(),
+            reason: "the broker's answer could not be attributed".to_owned(),
+            source: None,
+        });
+        assert!(unconfirmed.is_transient() && unconfirmed.may_have_been_published());
+        let refused = Error::Amqp(polyq_amqp::Error::Precondition {
+            operation: "declare queue `jobs`".to_owned(),
+            reason: "inequivalent arg 'durable'".to_owned(),
+        });
+        assert!(!refused.is_transient() && !refused.is_connection());
+    }
+
+    #[test]
+    fn a_lost_redis_connection_is_transient_and_a_refused_command_is_not() {
+        let lost = redis(RedisErrorKind::Connection);
+        assert!(lost.is_transient() && lost.is_connection());
+        for kind in [
+            RedisErrorKind::Command,
+            RedisErrorKind::ReservationLost,
+            RedisErrorKind::Unframeable,
+        ] {
+            let error = redis(kind);
+            assert!(!error.is_transient() && !error.is_connection(), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_publish_and_a_store_failure_are_transient() {
+        let nacked = Error::NotPublished {
+            queue: "jobs".to_owned(),
+            why: "negative publisher confirm".to_owned(),
+        };
+        assert!(nacked.is_transient() && !nacked.is_connection());
+        assert!(Error::Store("connection refused".to_owned()).is_transient());
+    }
+
+    #[test]
+    fn errors_of_the_input_are_not_transient() {
+        for error in [
+            Error::BlankUrn(String::new()),
+            Error::Poison(PoisonCause::NotUtf8),
+            Error::DataNotObject { found: "array" },
+            Error::InvalidOption {
+                option: "concurrency",
+                reason: "must be at least 1".to_owned(),
+            },
+        ] {
+            assert!(!error.is_transient() && !error.is_connection(), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn a_stopped_redrive_is_classed_by_what_stopped_it() {
+        let error = Error::Redrive {
+            dlq: "jobs.dlq".to_owned(),
+            report: Box::default(),
+            source: Box::new(redis(RedisErrorKind::Connection)),
+        };
+        assert!(error.is_transient() && error.is_connection());
+    }
+
+    #[test]
+    fn a_poison_cause_is_in_the_message_and_not_repeated_as_the_source() {
+        let error = Error::from(PoisonCause::NoIdentity);
+        assert!(
+            error
+                .to_string()
+                .contains(&PoisonCause::NoIdentity.to_string())
+        );
+        assert!(std::error::Error::source(&error).is_none());
+    }
+}

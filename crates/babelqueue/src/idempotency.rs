@@ -89,7 +89,7 @@ pub fn record_success(store: &dyn IdempotencyStore, meta_id: Option<&str>) {
     if let Some(id) = meta_id.filter(|id| !id.is_empty())
         && let Err(error) = store.remember(id)
     {
-        tracing::warn!(meta_id = id, %error, "could not remember a processed message id; a redelivery would run it again");
+        tracing::warn!(meta_id = id, error = %polyq_amqp::error_chain(&error), "could not remember a processed message id; a redelivery would run it again");
     }
 }
 

@@ -46,6 +46,8 @@
 //!   properties and the Redis header frame the transports use, the SQS, Azure Service Bus,
 //!   Pulsar, Kafka and Artemis bindings the conformance suite checks, and the schema-version
 //!   gates.
+//! - [`inspect`]: the operator's view of a job, the consumer verdict beside the envelope and
+//!   its `dead_letter` block, as `polyq babel decode` prints it.
 //! - The optional helpers: [`idempotency`] (dedupe on `meta.id`), [`schema`] (payload schemas
 //!   per URN), [`urn`] (the recommended URN form, a lint).
 //!
@@ -101,6 +103,7 @@ pub mod conformance;
 pub mod dead_letter;
 mod error;
 pub mod idempotency;
+pub mod inspect;
 pub mod projection;
 pub mod redrive;
 pub mod schema;

@@ -2,12 +2,12 @@
 //! came from, reset for another round of attempts.
 //!
 //! A redrive reads the dead-letter queue's depth first and takes that many messages (at most
-//! `max`) off its head, in windows of at most [`RedriveOptions::window`] messages (and never more
+//! [`RedriveOptions::limit`]) off its head, in windows of at most [`RedriveOptions::window`] messages (and never more
 //! than the binding hands out before some are settled: a prefetch window,
 //! [`Transport::reservation_limit`]). Each message of a window is either
 //! - **restored**, byte-identical with its headers, to the **end** of the dead-letter queue
-//!   ([`Transport::move_to_end`]): undecodable records (poison), messages the selection
-//!   predicate turns down, messages with no queue to go to, everything on a dry run; or
+//!   ([`Transport::move_to_end`]): undecodable records (poison), messages the filter turns
+//!   down, messages with no queue to go to, everything on a dry run; or
 //! - **redriven**: `dead_letter` removed, `attempts` reset to 0, every other key (unknown ones
 //!   included) kept as it was, published to the target — `to_queue` when set, else the block's
 //!   `original_queue`, else `meta.queue` — and acknowledged on the dead-letter queue only once
@@ -63,8 +63,12 @@ use crate::transport::{Headers, Reserved, Transport};
 use crate::worker::REPLAY_BYPASS_HEADER;
 use crate::{Error, Result, Verdict, classify};
 
-/// A selection predicate: `true` redrives the message, `false` restores it.
-pub type Select = Arc<dyn Fn(&Envelope) -> bool + Send + Sync>;
+/// A filter: `true` redrives the message, `false` restores it.
+pub type Filter = Arc<dyn Fn(&Envelope) -> bool + Send + Sync>;
+
+/// The former name of [`Filter`].
+#[deprecated(note = "renamed to `Filter`, the name acemq's replay uses")]
+pub type Select = Filter;
 
 /// How many messages a redrive window holds by default ([`RedriveOptions::window`]).
 pub const DEFAULT_WINDOW: usize = 250;
@@ -73,9 +77,9 @@ pub const DEFAULT_WINDOW: usize = 250;
 #[derive(Clone)]
 pub struct RedriveOptions {
     to_queue: Option<String>,
-    max: usize,
+    limit: usize,
     dry_run: bool,
-    select: Option<Select>,
+    filter: Option<Filter>,
     bypass: bool,
     wait: Duration,
     window: usize,
@@ -85,9 +89,9 @@ impl Default for RedriveOptions {
     fn default() -> Self {
         Self {
             to_queue: None,
-            max: 0,
+            limit: 0,
             dry_run: false,
-            select: None,
+            filter: None,
             bypass: false,
             wait: Duration::from_secs(1),
             window: DEFAULT_WINDOW,
@@ -99,9 +103,9 @@ impl std::fmt::Debug for RedriveOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedriveOptions")
             .field("to_queue", &self.to_queue)
-            .field("max", &self.max)
+            .field("limit", &self.limit)
             .field("dry_run", &self.dry_run)
-            .field("select", &self.select.as_ref().map(|_| "<predicate>"))
+            .field("filter", &self.filter.as_ref().map(|_| "<predicate>"))
             .field("bypass", &self.bypass)
             .field("wait", &self.wait)
             .field("window", &self.window)
@@ -121,11 +125,17 @@ impl RedriveOptions {
         self
     }
 
-    /// Takes at most `max` messages off the dead-letter queue (default 0: all it holds when the
-    /// redrive starts).
-    pub fn max(mut self, max: usize) -> Self {
-        self.max = max;
+    /// Takes at most `messages` messages off the dead-letter queue (default 0: all it holds when
+    /// the redrive starts).
+    pub fn limit(mut self, messages: usize) -> Self {
+        self.limit = messages;
         self
+    }
+
+    /// The former name of [`RedriveOptions::limit`].
+    #[deprecated(note = "renamed to `limit`, the name acemq's replay uses")]
+    pub fn max(self, max: usize) -> Self {
+        self.limit(max)
     }
 
     /// Reports the plan and restores everything (default `false`).
@@ -134,10 +144,17 @@ impl RedriveOptions {
         self
     }
 
-    /// Redrives only the messages `select` returns `true` for (default: all).
-    pub fn select(mut self, select: impl Fn(&Envelope) -> bool + Send + Sync + 'static) -> Self {
-        self.select = Some(Arc::new(select));
+    /// Redrives only the messages `filter` returns `true` for (default: all); the others are
+    /// restored.
+    pub fn filter(mut self, filter: impl Fn(&Envelope) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(Arc::new(filter));
         self
+    }
+
+    /// The former name of [`RedriveOptions::filter`].
+    #[deprecated(note = "renamed to `filter`, the name acemq's replay uses")]
+    pub fn select(self, select: impl Fn(&Envelope) -> bool + Send + Sync + 'static) -> Self {
+        self.filter(select)
     }
 
     /// Stamps `bq-replay-bypass: 1` on redriven messages where the binding carries headers, so
@@ -171,7 +188,7 @@ impl RedriveOptions {
 pub enum RedriveAction {
     /// Published to its target and removed from the dead-letter queue.
     Redriven,
-    /// Restored: the selection predicate turned it down.
+    /// Restored: the filter turned it down.
     NotSelected,
     /// Restored: a dry run.
     DryRun,
@@ -253,10 +270,10 @@ pub async fn redrive<T: Transport>(
         });
     }
     let depth = usize::try_from(transport.depth(dlq).await?).unwrap_or(usize::MAX);
-    let limit = if options.max == 0 {
+    let limit = if options.limit == 0 {
         depth
     } else {
-        depth.min(options.max)
+        depth.min(options.limit)
     };
     // A reserve beyond the binding's bound would only wait for a settle that never comes.
     let window = transport
@@ -265,7 +282,7 @@ pub async fn redrive<T: Transport>(
     let mut report = RedriveReport::default();
     let settled = settle_windows(transport, dlq, options, limit, window, &mut report).await;
     if let Err(error) = transport.unsubscribe(dlq).await {
-        warn!(dlq, %error, "could not hand back prefetched dead-letter messages");
+        warn!(dlq, error = %polyq_amqp::error_chain(&error), "could not hand back prefetched dead-letter messages");
     }
     if let Err(error) = settled {
         return Err(Error::Redrive {
@@ -372,13 +389,13 @@ async fn settle_window<T: Transport>(
                 item.action = RedriveAction::Redriven;
             }
             Some(Err(NotRedriven::Publish(error))) => {
-                warn!(dlq, message_id = %item.message_id, to = %item.to, %error, "could not redrive a message; it is restored");
+                warn!(dlq, message_id = %item.message_id, to = %item.to, error = %polyq_amqp::error_chain(&error), "could not redrive a message; it is restored");
                 item.action = RedriveAction::Failed;
                 first_error.get_or_insert(error);
                 restores.push(index);
             }
             Some(Err(NotRedriven::Ack(error))) => {
-                warn!(dlq, message_id = %item.message_id, %error, "redriven, but the dead-letter copy could not be acknowledged: a later redrive redrives it again");
+                warn!(dlq, message_id = %item.message_id, error = %polyq_amqp::error_chain(&error), "redriven, but the dead-letter copy could not be acknowledged: a later redrive redrives it again");
                 item.redriven = true;
                 item.action = RedriveAction::Failed;
                 first_error.get_or_insert(error);
@@ -390,7 +407,7 @@ async fn settle_window<T: Transport>(
     for (&index, moved) in restores.iter().zip(moved) {
         if let Err(error) = moved {
             let item = &mut items[index];
-            warn!(dlq, message_id = %item.message_id, %error, "could not restore a dead-letter message; the broker returns it when the reservation lapses");
+            warn!(dlq, message_id = %item.message_id, error = %polyq_amqp::error_chain(&error), "could not restore a dead-letter message; the broker returns it when the reservation lapses");
             item.action = RedriveAction::Failed;
             first_error.get_or_insert(error);
         }
@@ -454,8 +471,8 @@ fn plan<R>(
         .and_then(|b| b.reason.clone())
         .unwrap_or_default();
 
-    if let Some(select) = &options.select
-        && !select(&envelope)
+    if let Some(filter) = &options.filter
+        && !filter(&envelope)
     {
         item.action = RedriveAction::NotSelected;
         return (item, None);

@@ -31,9 +31,7 @@ fn failures(cases: &[CaseResult]) -> Vec<String> {
 
 #[test]
 fn vendored_canonical_suite_passes_every_case() {
-    let options = Options {
-        redis_url: Some(polyq_testkit::redis_url()),
-    };
+    let options = Options::default().redis_url(polyq_testkit::redis_url());
     let (summary, cases) = run(&repo().join("fixtures/babelqueue/conformance"), &options);
     assert_eq!(failures(&cases), Vec::<String>::new());
     assert_eq!(summary.failed, 0);

@@ -107,7 +107,7 @@ async fn fail_dead_letter_redrive_replay(layout: RedisLayout) {
         .unwrap();
     assert_eq!(report.dead_lettered, 1, "{report:?}");
     let rest = queue
-        .redrive(&RedriveOptions::new().select(|_| false).wait(IDLE))
+        .redrive(&RedriveOptions::new().filter(|_| false).wait(IDLE))
         .await
         .unwrap();
     assert_eq!((rest.redriven, rest.skipped), (0, 1), "{rest:?}");

@@ -76,7 +76,7 @@ async fn redrive_scenarios(broker: &'static TestBroker) {
         .redrive(
             &base
                 .clone()
-                .select(|e| e.urn() == Some(B))
+                .filter(|e| e.urn() == Some(B))
                 .to_queue(&sandbox),
         )
         .await
@@ -96,7 +96,7 @@ async fn redrive_scenarios(broker: &'static TestBroker) {
     // max 1 with bypass: one A back to its source, marked as a replay for the handler.
     let one = scene
         .queue
-        .redrive(&base.clone().max(1).bypass(true))
+        .redrive(&base.clone().limit(1).bypass(true))
         .await
         .unwrap();
     assert_eq!(
@@ -368,7 +368,7 @@ async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
     assert_eq!(transport.depth(&dlq).await.unwrap(), LONG as u64);
 
     // Every other one, in one pass: each selected one arrives once, each other one is met once.
-    let evens = queue.redrive(&base.clone().select(even_n)).await.unwrap();
+    let evens = queue.redrive(&base.clone().filter(even_n)).await.unwrap();
     assert_eq!((evens.redriven, evens.skipped), (LONG / 2, LONG / 2));
     assert_eq!(
         item_ids(&evens),
@@ -382,7 +382,7 @@ async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
     assert_eq!(arrived, expected);
 
     // `max` stops at exactly max: the first 50 of the odd ones, two of them undecodable.
-    let first = queue.redrive(&base.clone().max(50)).await.unwrap();
+    let first = queue.redrive(&base.clone().limit(50)).await.unwrap();
     assert_eq!(first.items.len(), 50);
     assert_eq!(item_ids(&first), ids_of(&written, &odd[..50]));
     assert_eq!((first.redriven, first.skipped), (48, 2));
@@ -391,7 +391,7 @@ async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
     // The rest, but only below 200: the two undecodable ones restored by the last run come last.
     let met: Vec<usize> = odd[50..].iter().copied().chain([7, 57]).collect();
     let below = queue
-        .redrive(&base.clone().select(n_below_200))
+        .redrive(&base.clone().filter(n_below_200))
         .await
         .unwrap();
     assert_eq!(item_ids(&below), ids_of(&written, &met));
@@ -510,7 +510,7 @@ async fn a_failed_window_reports_what_it_settled(url: &str, options: ConnectOpti
     let options = RedriveOptions::new()
         .wait(WAIT)
         .window(FAILING_WINDOW)
-        .select(|envelope| n_of(envelope).is_some_and(|n| !turned_down(n)));
+        .filter(|envelope| n_of(envelope).is_some_and(|n| !turned_down(n)));
 
     let zero = babelqueue::redrive::redrive(&refusing, &dlq, &options.clone().window(0)).await;
     assert!(

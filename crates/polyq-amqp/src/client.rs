@@ -16,8 +16,20 @@ use crate::message::{Delivery, OutgoingMessage, PublishOutcome};
 use crate::tls::TlsOptions;
 use crate::topology::{Binding, ExchangeSpec, QueueInfo, QueueSpec};
 
-/// Options shared by both implementations. Every setter documents its default.
+/// Options shared by both implementations. Every setter documents its default; start from
+/// [`ClientOptions::default`] (fields may be added, so the struct cannot be written out).
+///
+/// ```
+/// use std::time::Duration;
+/// use polyq_amqp::ClientOptions;
+///
+/// let options = ClientOptions::default()
+///     .connection_name("billing")
+///     .recovery_wait(Duration::from_secs(5));
+/// assert_eq!(options.connection_name, "billing");
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientOptions {
     /// Connection name shown by the broker's management tools. Default `polyq`.
     pub connection_name: String,
@@ -73,8 +85,17 @@ impl ClientOptions {
     }
 }
 
-/// Options of one consumer.
+/// Options of one consumer. Every setter documents its default; start from
+/// [`ConsumeOptions::default`] (fields may be added, so the struct cannot be written out).
+///
+/// ```
+/// use polyq_amqp::ConsumeOptions;
+///
+/// let options = ConsumeOptions::default().prefetch(10).exclusive(true);
+/// assert!(options.exclusive);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConsumeOptions {
     /// Most unacknowledged deliveries the broker hands this consumer at once. Default 50.
     pub prefetch: u16,
@@ -98,6 +119,18 @@ impl ConsumeOptions {
     /// Sets the prefetch window (default 50).
     pub fn prefetch(mut self, prefetch: u16) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets the consumer tag (default: the broker chooses one).
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    /// Refuses other consumers on the queue while this one consumes (default `false`).
+    pub fn exclusive(mut self, exclusive: bool) -> Self {
+        self.exclusive = exclusive;
         self
     }
 }

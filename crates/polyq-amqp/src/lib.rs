@@ -61,7 +61,7 @@ mod topology;
 mod value;
 
 pub use client::{Acker, Client, ClientOptions, Confirm, ConsumeOptions, Consumer};
-pub use error::{Error, Result};
+pub use error::{Error, Result, SourceError, error_chain};
 pub use health::Health;
 pub use message::{Delivery, OutgoingMessage, PublishOutcome, ReturnedMessage};
 pub use message_json::MessageJson;

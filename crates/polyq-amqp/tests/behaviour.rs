@@ -884,10 +884,7 @@ async fn closing_a_client_first_writes_what_it_published(fx: &'static Fixture) {
 async fn exclusive_consumer_keeps_others_off_the_queue(fx: &'static Fixture) {
     let queue = fx.name("exclusive-consumer");
     fx.queue(transient(&queue)).await;
-    let exclusive = ConsumeOptions {
-        exclusive: true,
-        ..ConsumeOptions::default()
-    };
+    let exclusive = ConsumeOptions::default().exclusive(true);
     let only = fx.client.consume(&queue, &exclusive).await.unwrap();
     let other = fx.connect().await;
     let refused = other

@@ -77,7 +77,8 @@ async fn a_broker_certificate_no_trusted_authority_signed_is_refused() {
     // vouch for the broker either.
     for tls in [TlsOptions::new(), trusting(&TestPki::new())] {
         match connect(&url, tls).await {
-            Err(Error::Connect { url: shown, reason }) => {
+            Err(Error::Connect { url: shown, source }) => {
+                let reason = source.to_string();
                 assert!(reason.contains("certificate"), "{reason}");
                 assert!(!shown.contains(":guest@"), "{shown}");
             }

@@ -38,6 +38,21 @@ pub fn redis_url() -> String {
     url
 }
 
+/// Default PostgreSQL URL (trust authentication, database `test`); override with
+/// `POLYQ_POSTGRES_URL`.
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The PostgreSQL URL for store tests, after checking that the server accepts TCP connections.
+///
+/// # Panics
+/// When the server cannot be reached, naming it and the URL (credentials hidden).
+pub fn postgres_url() -> String {
+    let url =
+        std::env::var("POLYQ_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned());
+    require_reachable("PostgreSQL", &url, 5432);
+    url
+}
+
 /// A name no other test run uses: `<prefix>.<random>`.
 pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}.{}", uuid::Uuid::new_v4().simple())

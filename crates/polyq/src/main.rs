@@ -62,8 +62,98 @@ async fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("polyq: {error:#}");
+            eprintln!("polyq: {}", report(&error));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes in one line, each cause once.
+fn report(error: &anyhow::Error) -> String {
+    polyq_amqp::error_chain(error.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report;
+
+    /// Every cause's own text appears exactly once in the line.
+    fn assert_each_once(line: &str, causes: &[&str]) {
+        for cause in causes {
+            assert_eq!(line.matches(cause).count(), 1, "`{cause}` in {line}");
+        }
+    }
+
+    fn lapin_io(text: &str) -> lapin::Error {
+        std::io::Error::new(std::io::ErrorKind::ConnectionReset, text.to_owned()).into()
+    }
+
+    #[test]
+    fn an_unconfirmed_publish_under_babelqueue_shows_each_cause_once() {
+        let error = anyhow::Error::from(babelqueue::Error::Amqp(polyq_amqp::Error::Unconfirmed {
+            exchange: String::new(),
+            reason: "the channel or connection was lost".to_owned(),
+            source: Some(Box::new(lapin_io("connection reset by peer"))),
+        }))
+        .context("cannot publish to queue `jobs`");
+        let line = report(&error);
+        assert_eq!(
+            line,
+            "cannot publish to queue `jobs`: publish to exchange `` unconfirmed: the channel or \
+             connection was lost; publish it again: IO error: connection reset by peer"
+        );
+        assert_each_once(
+            &line,
+            &[
+                "unconfirmed",
+                "publish it again",
+                "connection reset by peer",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_replay_stopped_by_the_broker_shows_each_cause_once() {
+        let cause = acemq::RuntimeError::Transport(polyq_amqp::Error::Unavailable {
+            url: "amqp://broker".to_owned(),
+            operation: "publish".to_owned(),
+            waited_ms: 30_000,
+        });
+        let error = anyhow::Error::from(acemq::patterns::PatternError::ReplayPublish {
+            source_queue: "orders.dlq".to_owned(),
+            destination: "orders".to_owned(),
+            cause: Box::new(cause),
+        });
+        let line = report(&error);
+        assert_each_once(&line, &["stopped", "unavailable for 30000 ms"]);
+    }
+
+    #[test]
+    fn a_stopped_redrive_shows_what_stopped_it_once() {
+        let redis = redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ));
+        let stopped = babelqueue::Error::Redis {
+            url: "redis://127.0.0.1:6379/0".to_owned(),
+            operation: "reserve from \"jobs.dlq\"".to_owned(),
+            kind: babelqueue::transport::redis::RedisErrorKind::Connection,
+            message: "the server could not be reached".to_owned(),
+            source: Some(Box::new(redis)),
+        };
+        let error = anyhow::Error::from(babelqueue::Error::Redrive {
+            dlq: "jobs.dlq".to_owned(),
+            report: Box::default(),
+            source: Box::new(stopped),
+        });
+        let line = report(&error);
+        assert_each_once(
+            &line,
+            &[
+                "stopped after",
+                "could not be reached",
+                "connection refused",
+            ],
+        );
     }
 }

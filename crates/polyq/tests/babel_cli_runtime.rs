@@ -8,36 +8,10 @@ use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout};
 use serde_json::Value;
 
 mod common;
-use common::{command, failure, polyq, success_lines, with_input};
+use common::{command, failure, polyq, remove, success_lines, with_input};
 
 fn run(args: &[&str]) -> Vec<String> {
     success_lines(polyq(args), args)
-}
-
-/// Removes a queue and its dead-letter queue on RabbitMQ, or every key naming it on Redis.
-async fn remove(url: &str, queue: &str) {
-    if url.starts_with("redis") {
-        let client = redis::Client::open(url).unwrap();
-        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("*{queue}*"))
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        if !keys.is_empty() {
-            redis::cmd("DEL")
-                .arg(&keys)
-                .query_async::<()>(&mut connection)
-                .await
-                .unwrap();
-        }
-    } else {
-        let client = polyq_amqp::Client::connect(url).await.unwrap();
-        for name in [queue.to_owned(), format!("{queue}.dlq")] {
-            client.delete_queue(&name).await.ok();
-        }
-        client.close().await.ok();
-    }
 }
 
 async fn round_trip(url: &str, layout: &str) {

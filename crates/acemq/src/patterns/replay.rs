@@ -42,7 +42,7 @@ use time::OffsetDateTime;
 
 use super::PatternError;
 use crate::contract::topology;
-use crate::{AceMq, Envelope};
+use crate::{AceMq, Envelope, RuntimeError};
 
 /// Messages fetched per round by default.
 pub const DEFAULT_BATCH_SIZE: usize = 100;
@@ -300,20 +300,26 @@ impl Replay {
             properties,
             delivery.body.clone(),
         );
-        let failure = match self.mq.shared.republish(message, CONFIRM_TIMEOUT).await {
+        let cause = match self.mq.shared.republish(message, CONFIRM_TIMEOUT).await {
             Ok(PublishOutcome::Acked) => return Ok(delivery.ack().await?),
-            Ok(PublishOutcome::Returned(_)) => format!(
-                "queue `{}` does not exist (the publish was unroutable)",
-                self.destination
-            ),
-            Ok(PublishOutcome::Nacked) => "the broker refused the publish".to_owned(),
-            Err(reason) => reason,
+            // Through the default exchange, only a missing queue makes a publish unroutable.
+            Ok(PublishOutcome::Returned(_)) => {
+                RuntimeError::Transport(polyq_amqp::Error::NotFound {
+                    kind: "queue",
+                    name: self.destination.clone(),
+                })
+            }
+            Ok(PublishOutcome::Nacked) => RuntimeError::Nacked {
+                exchange: String::new(),
+                routing_key: self.destination.clone(),
+            },
+            Err(error) => error,
         };
         delivery.nack(true).await?;
         Err(PatternError::ReplayPublish {
             source_queue: self.source.clone(),
             destination: self.destination.clone(),
-            reason: failure,
+            cause: Box::new(cause),
         })
     }
 }

@@ -14,10 +14,10 @@ use std::future::Future;
 
 use crate::contract::codec::{Decode, Encode, Json};
 use crate::contract::provenance;
+use crate::error::RuntimeError;
 use crate::runtime::consumer::{Consumer, ConsumerBuilder, IntoOutcome, Message};
 use crate::runtime::interceptor::{ConsumeInterceptor, PublishInterceptor};
 use crate::runtime::publisher::Publisher;
-use crate::runtime_error::RuntimeError;
 
 /// The URL used when none is configured: the embedded broker.
 pub const DEFAULT_URL: &str = "memory://";
@@ -181,15 +181,16 @@ impl Shared {
         &self,
         message: OutgoingMessage,
         timeout: Duration,
-    ) -> Result<PublishOutcome, String> {
-        let confirm = self
-            .client
-            .publish(message)
-            .await
-            .map_err(|e| e.to_string())?;
+    ) -> Result<PublishOutcome, RuntimeError> {
+        let (exchange, routing_key) = (message.exchange.clone(), message.routing_key.clone());
+        let confirm = self.client.publish(message).await?;
         match tokio::time::timeout(timeout, confirm).await {
-            Ok(outcome) => outcome.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("no confirm within {timeout:?}")),
+            Ok(outcome) => Ok(outcome?),
+            Err(_) => Err(RuntimeError::ConfirmTimeout {
+                exchange,
+                routing_key,
+                timeout,
+            }),
         }
     }
 
@@ -293,10 +294,10 @@ impl AceMqBuilder {
             self.client_name
         };
         if self.max_outstanding_confirms == 0 {
-            return Err(RuntimeError::Transport(polyq_amqp::Error::Invalid {
-                operation: "connect".to_owned(),
-                reason: "max_outstanding_confirms must be at least 1".to_owned(),
-            }));
+            return Err(RuntimeError::Config {
+                option: "max_outstanding_confirms",
+                reason: "must be at least 1".to_owned(),
+            });
         }
         let options = ClientOptions::default()
             .connection_name(client_name.clone())

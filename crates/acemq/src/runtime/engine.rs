@@ -172,7 +172,7 @@ impl Engine {
     pub(crate) async fn settle(&self, held: &Held, result: ConsumeResult) -> ConsumeResult {
         if let Err(error) = held.acker.ack().await {
             // A delivery from a channel that has since closed comes again: at least once.
-            tracing::debug!(queue = %self.queue, %error, "acknowledgement not delivered; the broker will redeliver");
+            tracing::debug!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "acknowledgement not delivered; the broker will redeliver");
         }
         result
     }
@@ -182,7 +182,7 @@ impl Engine {
     pub(crate) async fn give_back(&self, held: &Held, target: &str, reason: &str) -> ConsumeResult {
         tracing::error!(queue = %self.queue, %target, %reason, "could not move the message; giving it back to the broker");
         if let Err(error) = held.acker.nack(true).await {
-            tracing::debug!(queue = %self.queue, %error, "requeue not delivered; the broker will redeliver");
+            tracing::debug!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "requeue not delivered; the broker will redeliver");
         }
         ConsumeResult::Failed
     }
@@ -265,7 +265,7 @@ impl Engine {
             Ok(PublishOutcome::Acked) => Republished::Routed,
             Ok(PublishOutcome::Returned(_)) => Republished::Unroutable,
             Ok(PublishOutcome::Nacked) => Republished::Failed("the broker refused it".to_owned()),
-            Err(reason) => Republished::Failed(reason),
+            Err(error) => Republished::Failed(polyq_amqp::error_chain(&error)),
         }
     }
 }

@@ -19,10 +19,10 @@ use tracing::Span;
 use crate::Envelope;
 use crate::contract::codec::{Encode, Json};
 use crate::contract::{headers, provenance, wire};
+use crate::error::RuntimeError;
 use crate::runtime::connection::AceMq;
 use crate::runtime::interceptor::PublishContext;
 use crate::runtime::telemetry::{self, PublishMetrics, PublishResult};
-use crate::runtime_error::RuntimeError;
 
 /// How long a publish waits for its confirm by default.
 pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);

@@ -40,7 +40,7 @@ use polyq_amqp::{Binding, Client, Error as AmqpError, ExchangeSpec, QueueSpec};
 use serde::Serialize;
 
 use crate::contract::topology::TopologyPlan;
-use crate::runtime_error::RuntimeError;
+use crate::error::RuntimeError;
 
 /// What kind of object an [`Item`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -283,10 +283,11 @@ fn refused(error: AmqpError) -> Result<(Applied, Option<String>), RuntimeError> 
         AmqpError::NotFound { .. }
         | AmqpError::AccessRefused { .. }
         | AmqpError::Protocol { .. }
+        | AmqpError::Client { .. }
         | AmqpError::Invalid { .. } => Applied::Refused,
         _ => return Err(error.into()),
     };
-    Ok((state, Some(error.to_string())))
+    Ok((state, Some(polyq_amqp::error_chain(&error))))
 }
 
 fn binding_name(binding: &Binding) -> String {

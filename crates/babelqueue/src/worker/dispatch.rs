@@ -152,7 +152,7 @@ impl<T: Transport> Context<T> {
             Ok(()) => {
                 if let Err(error) = self.transport.ack(receipt).await {
                     // The work is done: a lost ack means a redelivery, never a retry.
-                    warn!(queue = %self.queue, urn, %error, "ack after success failed; the broker may deliver the message again");
+                    warn!(queue = %self.queue, urn, error = %polyq_amqp::error_chain(&error), "ack after success failed; the broker may deliver the message again");
                 }
                 (Outcome::Succeeded, JobResult::Succeeded)
             }
@@ -241,7 +241,7 @@ impl<T: Transport> Context<T> {
             {
                 Ok(()) => Outcome::Retried,
                 Err(error) => {
-                    error!(queue = %self.queue, %error, "retry publish failed; the message was not acknowledged");
+                    error!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "retry publish failed; the message was not acknowledged");
                     self.hand_back(receipt, shutdown).await
                 }
             };
@@ -292,7 +292,7 @@ impl<T: Transport> Context<T> {
         error: &crate::Error,
         shutdown: &Shutdown,
     ) -> Outcome {
-        error!(queue = %self.queue, %error, "cannot re-encode the envelope; the message was not acknowledged");
+        error!(queue = %self.queue, error = %polyq_amqp::error_chain(error), "cannot re-encode the envelope; the message was not acknowledged");
         self.hand_back(receipt, shutdown).await
     }
 
@@ -331,7 +331,7 @@ impl<T: Transport> Context<T> {
                 error!(
                     queue = %self.queue,
                     dead_letter_queue = %self.dead_letter_queue,
-                    %error,
+                    error = %polyq_amqp::error_chain(&error),
                     "dead-letter write failed; the message was not acknowledged and comes back"
                 );
                 self.hand_back(receipt, shutdown).await
@@ -343,7 +343,7 @@ impl<T: Transport> Context<T> {
         match self.transport.ack(receipt).await {
             Ok(()) => Outcome::Deleted,
             Err(error) => {
-                warn!(queue = %self.queue, %error, "ack of a dropped message failed; it may come back");
+                warn!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "ack of a dropped message failed; it may come back");
                 Outcome::Unsettled
             }
         }
@@ -353,7 +353,7 @@ impl<T: Transport> Context<T> {
         match self.transport.release(receipt, delay).await {
             Ok(()) => Outcome::Released,
             Err(error) => {
-                error!(queue = %self.queue, %error, "release failed; the message was not acknowledged");
+                error!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "release failed; the message was not acknowledged");
                 self.hand_back(receipt, shutdown).await
             }
         }
@@ -368,7 +368,7 @@ impl<T: Transport> Context<T> {
             () = shutdown.stopping_now() => {}
         }
         if let Err(error) = self.transport.release(receipt, Duration::ZERO).await {
-            error!(queue = %self.queue, %error, "could not hand the message back either; the broker returns it when the reservation lapses");
+            error!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "could not hand the message back either; the broker returns it when the reservation lapses");
         }
         Outcome::Unsettled
     }

@@ -384,7 +384,7 @@ impl<T: Transport> Worker<T> {
                 Ok(None) if idle_timeout.is_some() => break,
                 Ok(None) => continue,
                 Err(error) => {
-                    error!(queue, %error, "reserving failed; trying again");
+                    error!(queue, error = %polyq_amqp::error_chain(&error), "reserving failed; trying again");
                     tokio::select! {
                         () = tokio::time::sleep(settings.poll_wait) => {}
                         () = shutdown.stopping() => {}
@@ -401,7 +401,7 @@ impl<T: Transport> Worker<T> {
                 {
                     Ok(()) => Outcome::Released,
                     Err(error) => {
-                        warn!(queue, %error, "could not release a message taken while stopping");
+                        warn!(queue, error = %polyq_amqp::error_chain(&error), "could not release a message taken while stopping");
                         Outcome::Unsettled
                     }
                 };
@@ -418,7 +418,7 @@ impl<T: Transport> Worker<T> {
         }
 
         if let Err(error) = context.transport.unsubscribe(queue).await {
-            warn!(queue, %error, "could not hand back prefetched messages; the broker returns them when the connection closes");
+            warn!(queue, error = %polyq_amqp::error_chain(&error), "could not hand back prefetched messages; the broker returns them when the connection closes");
         }
         if !tasks.is_empty() {
             debug!(
@@ -464,7 +464,7 @@ fn count(report: &mut WorkerReport, done: std::result::Result<Outcome, tokio::ta
         Ok(outcome) => report.count(outcome),
         // Handler panics are caught inside the task; this is the runtime being torn down.
         Err(error) => {
-            error!(%error, "a message task ended abnormally; its message returns to the broker");
+            error!(error = %polyq_amqp::error_chain(&error), "a message task ended abnormally; its message returns to the broker");
             report.unsettled += 1;
         }
     }

@@ -88,22 +88,23 @@ pub(super) enum Answer {
     Failed(Failure),
 }
 
-/// Why a confirm failed.
+/// Why a confirm failed. The client library's error is kept to become the source of ours; one
+/// failure may answer several publishes, hence `Clone`.
 #[derive(Debug, Clone)]
 pub(super) enum Failure {
     /// The broker closed the channel or connection with this reply.
     Refused {
         code: u16,
         text: String,
-        reason: String,
+        error: lapin::Error,
     },
     /// The channel or connection was lost.
-    Lost(String),
+    Lost(lapin::Error),
     /// The channel was not in confirm mode.
     NotConfirming,
     /// The channel or connection went down before the publish's frames were all written: the
     /// broker discards such a message, so it can be sent again.
-    Unwritten(String),
+    Unwritten(lapin::Error),
 }
 
 impl Failure {
@@ -117,12 +118,13 @@ impl Failure {
                 kind: "exchange",
                 name: exchange.to_owned(),
             },
-            Failure::Refused { reason, .. }
-            | Failure::Lost(reason)
-            | Failure::Unwritten(reason) => Error::Unconfirmed {
-                exchange: exchange.to_owned(),
-                reason,
-            },
+            Failure::Refused { error, .. } => {
+                unconfirmed(exchange, "the broker closed the channel", error)
+            }
+            Failure::Lost(error) => {
+                unconfirmed(exchange, "the channel or connection was lost", error)
+            }
+            Failure::Unwritten(error) => unwritten(exchange, error),
             Failure::NotConfirming => Error::Protocol {
                 operation: "publish".to_owned(),
                 reason: "the publishing channel is not in confirm mode (a polyq-amqp bug)"
@@ -132,6 +134,23 @@ impl Failure {
     }
 }
 
+fn unconfirmed(exchange: &str, reason: &str, error: lapin::Error) -> Error {
+    Error::Unconfirmed {
+        exchange: exchange.to_owned(),
+        reason: reason.to_owned(),
+        source: Some(Box::new(error)),
+    }
+}
+
+/// The error of a publish whose frames never all reached the broker.
+pub(super) fn unwritten(exchange: &str, error: lapin::Error) -> Error {
+    unconfirmed(
+        exchange,
+        "the channel or connection went down before the message was written",
+        error,
+    )
+}
+
 /// What a publish's caller is told.
 #[derive(Debug)]
 pub(super) enum Settled {
@@ -139,7 +158,7 @@ pub(super) enum Settled {
     /// Its frames were never all written ([`Failure::Unwritten`]); here is the message back.
     Unwritten {
         message: OutgoingMessage,
-        reason: String,
+        error: lapin::Error,
     },
 }
 
@@ -320,6 +339,7 @@ fn unattributed(exchange: &str) -> Settled {
     Settled::Outcome(Err(Error::Unconfirmed {
         exchange: exchange.to_owned(),
         reason: "the broker's answer could not be attributed before the channel closed".to_owned(),
+        source: None,
     }))
 }
 
@@ -874,8 +894,8 @@ impl Entry {
             done,
         } = self;
         let settled = match (done.map(|done| done.kind), returned) {
-            (Some(DoneKind::Failed(Failure::Unwritten(reason))), _) => {
-                Settled::Unwritten { message, reason }
+            (Some(DoneKind::Failed(Failure::Unwritten(error))), _) => {
+                Settled::Unwritten { message, error }
             }
             (Some(DoneKind::Failed(failure)), _) => {
                 Settled::Outcome(Err(failure.into_error(&message.exchange)))

@@ -70,10 +70,7 @@ pub(super) fn classify(
                 Failure::ConnectionGone
             }
         }
-        _ => Failure::Fatal(Error::Protocol {
-            operation: operation.to_owned(),
-            reason: error.to_string(),
-        }),
+        _ => Failure::Fatal(client(operation, error)),
     }
 }
 
@@ -84,11 +81,19 @@ pub(super) fn from_lapin(
     error: &lapin::Error,
 ) -> Error {
     match error.kind() {
-        ErrorKind::ProtocolError(amqp) => from_amqp(operation, target, amqp),
-        _ => Error::Protocol {
-            operation: operation.to_owned(),
-            reason: error.to_string(),
-        },
+        // CONNECTION_FORCED is the connection going away, not a refusal of the operation.
+        ErrorKind::ProtocolError(amqp) if amqp.get_id() != 320 => {
+            from_amqp(operation, target, amqp)
+        }
+        _ => client(operation, error),
+    }
+}
+
+/// A failure of the client library itself, kept as the source.
+fn client(operation: &str, error: &lapin::Error) -> Error {
+    Error::Client {
+        operation: operation.to_owned(),
+        source: Box::new(error.clone()),
     }
 }
 
@@ -249,5 +254,131 @@ mod tests {
             classify("publish", None, &io, true),
             Failure::ChannelGone
         ));
+    }
+
+    fn io_error(kind: std::io::ErrorKind) -> lapin::Error {
+        std::io::Error::from(kind).into()
+    }
+
+    #[test]
+    fn a_lost_connection_is_transient_and_a_connection_failure() {
+        for lost in [
+            io_error(std::io::ErrorKind::ConnectionReset),
+            ErrorKind::MissingHeartbeatError.into(),
+            amqp_error(320, "CONNECTION_FORCED - broker shutdown"),
+        ] {
+            let error = from_lapin("publish", None, &lost);
+            assert!(error.is_transient(), "{error:?}");
+            assert!(error.is_connection(), "{error:?}");
+            assert!(!error.may_have_been_published(), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn a_closed_channel_is_transient_but_not_a_connection_failure() {
+        let error = from_lapin(
+            "purge queue `q`",
+            None,
+            &ErrorKind::InvalidChannel(7).into(),
+        );
+        assert!(error.is_transient(), "{error:?}");
+        assert!(!error.is_connection(), "{error:?}");
+    }
+
+    #[test]
+    fn refusals_by_the_broker_are_neither_transient_nor_connection_failures() {
+        for (id, text) in [
+            (404, "NOT_FOUND - no queue 'q' in vhost '/'"),
+            (
+                403,
+                "ACCESS_REFUSED - queue name 'amq.x' contains reserved prefix 'amq.*'",
+            ),
+            (
+                406,
+                "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'q'",
+            ),
+            (530, "NOT_ALLOWED - attempt to reuse consumer tag 'c'"),
+        ] {
+            let error = from_lapin(
+                "declare queue `q`",
+                Some(Target::queue("q")),
+                &amqp_error(id, text),
+            );
+            assert!(!error.is_transient(), "{error:?}");
+            assert!(!error.is_connection(), "{error:?}");
+        }
+        let faulty = from_lapin("publish", None, &ErrorKind::ChannelsLimitReached.into());
+        assert!(!faulty.is_transient(), "{faulty:?}");
+    }
+
+    #[test]
+    fn a_client_failure_keeps_the_lapin_error_as_its_source_and_does_not_repeat_it() {
+        let error = from_lapin(
+            "get from queue `q`",
+            None,
+            &io_error(std::io::ErrorKind::BrokenPipe),
+        );
+        let source = std::error::Error::source(&error).expect("the lapin error is the source");
+        let lapin = source
+            .downcast_ref::<lapin::Error>()
+            .expect("the source is a lapin::Error");
+        assert!(lapin.is_io_error(), "{lapin:?}");
+        assert!(!error.to_string().contains(&lapin.to_string()), "{error}");
+    }
+
+    #[test]
+    fn an_unconfirmed_publish_is_transient_and_may_have_been_published() {
+        let error = Error::Unconfirmed {
+            exchange: "orders".to_owned(),
+            reason: "the channel or connection was lost".to_owned(),
+            source: Some(Box::new(io_error(std::io::ErrorKind::ConnectionAborted))),
+        };
+        assert!(error.is_transient() && error.is_connection() && error.may_have_been_published());
+        let unattributed = Error::Unconfirmed {
+            exchange: "orders".to_owned(),
+            reason: "the broker's answer could not be attributed".to_owned(),
+            source: None,
+        };
+        assert!(unattributed.is_transient() && !unattributed.is_connection());
+    }
+
+    #[test]
+    fn a_tls_failure_to_connect_is_a_connection_failure_that_repeats() {
+        let refused =
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "invalid peer certificate");
+        let error = Error::Connect {
+            url: "amqps://broker".to_owned(),
+            source: Box::new(lapin::Error::from(refused)),
+        };
+        assert!(error.is_connection() && !error.is_transient(), "{error:?}");
+        let unreachable = Error::Connect {
+            url: "amqp://broker".to_owned(),
+            source: Box::new(io_error(std::io::ErrorKind::ConnectionRefused)),
+        };
+        assert!(unreachable.is_connection() && unreachable.is_transient());
+    }
+
+    #[test]
+    fn errors_of_the_application_are_not_transient() {
+        for error in [
+            Error::Closed,
+            Error::AlreadySettled,
+            Error::StaleDelivery,
+            Error::QueueLost {
+                name: "amq.gen-1".to_owned(),
+            },
+            Error::Invalid {
+                operation: "publish".to_owned(),
+                reason: "too long".to_owned(),
+            },
+        ] {
+            assert!(!error.is_transient() && !error.is_connection(), "{error:?}");
+        }
+        let unavailable = Error::Unavailable {
+            url: "amqp://broker".to_owned(),
+            operation: "publish".to_owned(),
+            waited_ms: 30_000,
+        };
+        assert!(unavailable.is_transient() && unavailable.is_connection());
     }
 }

@@ -17,7 +17,7 @@ use lapin::options::BasicPublishOptions;
 use lapin::{Confirmation, ErrorKind, PublisherConfirm};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::confirm_ledger::{Answer, Answered, Failure, Settled};
+use super::confirm_ledger::{Answer, Answered, Failure, Settled, unwritten};
 use super::convert::{properties_from_amqp, properties_to_amqp, short};
 use super::errors::Target;
 use super::supervisor::Shared;
@@ -52,11 +52,8 @@ pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> R
                     resends += 1;
                     answered = send(&shared, message).await?;
                 }
-                Ok(Settled::Unwritten { message, reason }) => {
-                    return Err(Error::Unconfirmed {
-                        exchange: message.exchange,
-                        reason,
-                    });
+                Ok(Settled::Unwritten { message, error }) => {
+                    return Err(unwritten(&message.exchange, error));
                 }
                 Err(_) => return Err(Error::Closed),
             }
@@ -164,7 +161,7 @@ impl Future for LapinConfirm {
             match ready!(write.as_mut().poll(cx)) {
                 Ok(confirm) => self.stage = Stage::Confirming(confirm),
                 Err(error) => {
-                    return Poll::Ready(Answer::Failed(Failure::Unwritten(error.to_string())));
+                    return Poll::Ready(Answer::Failed(Failure::Unwritten(error)));
                 }
             }
         }
@@ -184,9 +181,9 @@ fn answer(confirmation: lapin::Result<Confirmation>) -> Answer {
             ErrorKind::ProtocolError(amqp) => Failure::Refused {
                 code: amqp.get_id(),
                 text: amqp.get_message().as_str().to_owned(),
-                reason: error.to_string(),
+                error: error.clone(),
             },
-            _ => Failure::Lost(error.to_string()),
+            _ => Failure::Lost(error),
         }),
     }
 }

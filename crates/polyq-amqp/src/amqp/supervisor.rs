@@ -104,7 +104,7 @@ pub(super) async fn start(url: &str, options: &ClientOptions) -> Result<Arc<Shar
     });
     let session = shared.open(0).await.map_err(|error| Error::Connect {
         url: shared.shown_url.clone(),
-        reason: shared.scrub(&error.to_string()),
+        source: shared.scrub_error(error),
     })?;
     shared.link.send_replace(Link::Up(Arc::new(session)));
     shared.health.connected(0);
@@ -520,6 +520,16 @@ impl Shared {
                 true
             }
         })
+    }
+
+    /// `error` as a source, or its scrubbed text when the text carries the password.
+    fn scrub_error(&self, error: lapin::Error) -> crate::SourceError {
+        let text = error.to_string();
+        if self.password.is_empty() || !text.contains(&self.password) {
+            Box::new(error)
+        } else {
+            Box::new(std::io::Error::other(self.scrub(&text)))
+        }
     }
 
     /// Library messages should not carry the password, but a message built from the URL would.

@@ -1,6 +1,5 @@
 //! `polyq acemq` commands.
 
-#[path = "acemq_replay.rs"]
 mod replay;
 pub(crate) mod topology;
 
@@ -10,15 +9,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::connect::AmqpBroker;
+use crate::cli::payload::PayloadArg;
+use acemq::inspect::{self, Inspection};
 use acemq::time::OffsetDateTime;
-use acemq::{Envelope, Itinerary, RoutingSlip, Stop, provenance, wire};
+use acemq::{Envelope, provenance, wire};
 use anyhow::{Context as _, anyhow, bail};
 use clap::Subcommand;
 use futures_util::StreamExt as _;
-use polyq_amqp::message_json::{body_from_json, body_to_json, headers_from_json, headers_to_json};
-use polyq_amqp::{ConsumeOptions, FieldValue, MessageJson, Properties};
-use serde::Serialize;
-use serde_json::{Map, Value};
+use polyq_amqp::{ConsumeOptions, FieldValue, MessageJson};
+use serde_json::Value;
 
 /// `polyq acemq` subcommands.
 #[derive(Debug, Subcommand)]
@@ -79,15 +78,14 @@ pub(crate) enum Command {
         /// A claim-check URI.
         #[arg(long)]
         claim: Option<String>,
-        /// The payload, JSON.
-        #[arg(long)]
-        json: String,
+        #[command(flatten)]
+        payload: PayloadArg,
         /// How many messages to publish, each with its own id.
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
     /// Consume from a queue and acknowledge, printing each message as `decode` does, one JSON
-    /// line each. Stops after --count messages, or when none came for --timeout seconds.
+    /// line each. Stops after --limit messages, or when none came for --timeout seconds.
     Consume {
         #[command(flatten)]
         broker: AmqpBroker,
@@ -95,8 +93,8 @@ pub(crate) enum Command {
         #[arg(long)]
         queue: String,
         /// Stop after this many messages (default: only the timeout stops it).
-        #[arg(long)]
-        count: Option<u64>,
+        #[arg(long, alias = "count")]
+        limit: Option<u64>,
         /// Stop when no message came for this many seconds.
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
@@ -146,13 +144,16 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let output = match command {
         Command::Decode { file, now } => {
             let message = MessageJson::parse(&read_input(&file)?)?;
-            serde_json::to_string_pretty(&decode(&message, parse_now(now.as_deref())?)?)?
+            serde_json::to_string_pretty(&Inspection::of_message(
+                &message,
+                parse_now(now.as_deref())?,
+            )?)?
         }
         Command::Encode { file, origin, now } => {
             let input: Value = serde_json::from_str(&read_input(&file)?)
                 .with_context(|| format!("{} is not JSON", file.display()))?;
             let origin = origin.unwrap_or_else(|| provenance::origin(""));
-            encode(&input, &origin, parse_now(now.as_deref())?)?.to_json_pretty()
+            inspect::encode(&input, &origin, parse_now(now.as_deref())?)?.to_json_pretty()
         }
         Command::Publish {
             broker,
@@ -162,11 +163,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             headers,
             correlation_id,
             claim,
-            json,
+            payload,
             count,
         } => {
-            let payload: Value =
-                serde_json::from_str(&json).map_err(|e| anyhow!("--json: not JSON: {e}"))?;
+            let payload: Value = payload.parse()?;
             let headers = headers
                 .iter()
                 .map(|h| name_value(h, "--header"))
@@ -189,8 +189,8 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 }
                 let envelope = builder.build().map_err(|e| anyhow!("--header: {e}"))?;
                 let sent = publisher.send_with(&payload, envelope).await?;
-                let decoded = describe(
-                    &sent,
+                let decoded = Inspection::of(
+                    sent,
                     Some(acemq::codec::JSON_CONTENT_TYPE),
                     &body,
                     OffsetDateTime::now_utc(),
@@ -203,7 +203,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Consume {
             broker,
             queue,
-            count,
+            limit,
             timeout,
         } => {
             let idle = Duration::try_from_secs_f64(timeout)
@@ -212,7 +212,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .ok_or_else(|| {
                     anyhow!("--timeout: expected a positive number of seconds, found {timeout}")
                 })?;
-            consume(&broker, &queue, count, idle).await?;
+            consume(&broker, &queue, limit, idle).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Replay {
@@ -230,10 +230,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             queue,
             count,
         } => {
-            replay::peek(&broker, &queue, count, |message| {
-                decode(message, OffsetDateTime::now_utc())
-            })
-            .await?;
+            replay::peek(&broker, &queue, count).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Topology { command } => {
@@ -286,7 +283,7 @@ async fn consume(
             delivery.properties.clone(),
             delivery.body.clone(),
         );
-        match decode(&message, OffsetDateTime::now_utc()) {
+        match Inspection::of_message(&message, OffsetDateTime::now_utc()) {
             Ok(decoded) => {
                 println!("{}", serde_json::to_string(&decoded)?);
                 delivery.ack().await?;
@@ -295,14 +292,11 @@ async fn consume(
             Err(error) => {
                 // Left on the queue: this command must never lose a message it cannot show.
                 delivery.nack(true).await.ok();
-                bail!(
-                    "message {} on {queue} left on the queue: {error}",
-                    message
-                        .properties
-                        .message_id
-                        .as_deref()
-                        .unwrap_or("(no message-id)")
-                );
+                let id = message.properties.message_id.as_deref();
+                return Err(anyhow::Error::new(error).context(format!(
+                    "message {} on {queue} left on the queue",
+                    id.unwrap_or("(no message-id)")
+                )));
             }
         }
     }
@@ -330,290 +324,4 @@ fn parse_now(now: Option<&str>) -> anyhow::Result<OffsetDateTime> {
             anyhow!("--now: expected RFC 3339 (2026-02-03T04:05:06.789Z) or epoch milliseconds, found \"{text}\"")
         }),
     }
-}
-
-/// The envelope as `decode` prints it; the field order is the output order.
-#[derive(Serialize)]
-struct Decoded {
-    id: String,
-    #[serde(rename = "type")]
-    message_type: String,
-    version: u32,
-    correlation_id: String,
-    causation_id: Option<String>,
-    attempt: u32,
-    first_seen: i64,
-    age_ms: u128,
-    origin: Option<String>,
-    error: Option<String>,
-    claim: Option<String>,
-    route: Option<Value>,
-    itinerary: Option<Value>,
-    replayed_from: Option<String>,
-    replayed_at: Option<String>,
-    replay_count: u32,
-    headers: Value,
-    content_type: Option<String>,
-    payload: Value,
-}
-
-fn decode(message: &MessageJson, now: OffsetDateTime) -> anyhow::Result<Decoded> {
-    let properties = &message.properties;
-    let envelope = Envelope::from_headers_at(
-        &properties.headers,
-        &message.routing_key,
-        properties.message_id.as_deref(),
-        now,
-    );
-    describe(
-        &envelope,
-        properties.content_type.as_deref(),
-        &message.body,
-        now,
-    )
-}
-
-/// The envelope and body as `decode` prints them.
-fn describe(
-    envelope: &Envelope,
-    content_type: Option<&str>,
-    body: &[u8],
-    now: OffsetDateTime,
-) -> anyhow::Result<Decoded> {
-    let itinerary = envelope
-        .itinerary()
-        .map_err(|e| anyhow!("headers.acemq-routing-slip: {e}"))?;
-    let owned = |s: Option<&str>| s.map(str::to_owned);
-    Ok(Decoded {
-        id: envelope.id().to_owned(),
-        message_type: envelope.message_type().to_owned(),
-        version: envelope.version(),
-        correlation_id: envelope.correlation_id().to_owned(),
-        causation_id: owned(envelope.causation_id()),
-        attempt: envelope.attempt(),
-        first_seen: wire::epoch_millis(envelope.first_seen()),
-        age_ms: envelope.age_at(now).as_millis(),
-        origin: owned(envelope.origin()),
-        error: owned(envelope.error()),
-        claim: owned(envelope.claim()),
-        route: envelope.route().map(|route| {
-            serde_json::json!({
-                "steps": route.steps(),
-                "position": route.position(),
-                "run_id": route.run_id(),
-            })
-        }),
-        itinerary: itinerary.map(|itinerary| {
-            let stops = |stops: &[Stop]| serde_json::to_value(stops).unwrap_or_default();
-            serde_json::json!({"steps": stops(itinerary.steps()), "done": stops(itinerary.done())})
-        }),
-        replayed_from: owned(envelope.replayed_from()),
-        replayed_at: envelope.replayed_at().map(wire::format_instant),
-        replay_count: envelope.replay_count(),
-        headers: headers_to_json(envelope.headers()),
-        content_type: content_type.map(str::to_owned),
-        payload: decode_payload(content_type, body)?,
-    })
-}
-
-fn is_json(content_type: &str) -> bool {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || essence == "text/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
-}
-
-/// The body as a handler would get it: parsed JSON for a JSON content type (and for none, when
-/// it parses), else text, else `{"base64": ...}`.
-fn decode_payload(content_type: Option<&str>, body: &[u8]) -> anyhow::Result<Value> {
-    if body.is_empty() {
-        return Ok(Value::Null);
-    }
-    match content_type {
-        Some(ct) if is_json(ct) => serde_json::from_slice(body)
-            .map_err(|e| anyhow!("body: not valid JSON for content type {ct}: {e}")),
-        None => Ok(serde_json::from_slice(body).unwrap_or_else(|_| body_to_json(body))),
-        Some(_) => Ok(body_to_json(body)),
-    }
-}
-
-const ENCODE_KEYS: &[&str] = &[
-    "id",
-    "type",
-    "version",
-    "correlation_id",
-    "causation_id",
-    "attempt",
-    "first_seen",
-    "age_ms",
-    "origin",
-    "error",
-    "claim",
-    "route",
-    "itinerary",
-    "replayed_from",
-    "replayed_at",
-    "replay_count",
-    "headers",
-    "content_type",
-    "payload",
-    "routing_key",
-    "exchange",
-];
-
-fn encode(input: &Value, origin: &str, now: OffsetDateTime) -> anyhow::Result<MessageJson> {
-    let fields = input
-        .as_object()
-        .ok_or_else(|| anyhow!("expected a JSON object of envelope fields"))?;
-    if let Some(unknown) = fields.keys().find(|k| !ENCODE_KEYS.contains(&k.as_str())) {
-        bail!(
-            "field `{unknown}`: not an envelope field (expected any of {})",
-            ENCODE_KEYS.join(", ")
-        );
-    }
-    let get = |key: &str| fields.get(key).filter(|v| !v.is_null());
-    let routing_key = text(get("routing_key"), "routing_key")?.unwrap_or_default();
-    let exchange = text(get("exchange"), "exchange")?.unwrap_or_default();
-    let message_type =
-        text(get("type"), "type")?.unwrap_or_else(|| wire::type_for(&routing_key).to_owned());
-
-    let mut builder = Envelope::of(message_type);
-    for (key, set) in [
-        ("id", acemq::EnvelopeBuilder::id as fn(_, String) -> _),
-        ("correlation_id", acemq::EnvelopeBuilder::correlation_id),
-        ("causation_id", acemq::EnvelopeBuilder::causation_id),
-        ("origin", acemq::EnvelopeBuilder::origin),
-        ("error", acemq::EnvelopeBuilder::error),
-        ("claim", acemq::EnvelopeBuilder::claim),
-        ("replayed_from", acemq::EnvelopeBuilder::replayed_from),
-    ] {
-        if let Some(value) = text(get(key), key)? {
-            builder = set(builder, value);
-        }
-    }
-    if let Some(version) = counter(get("version"), "version", 1)? {
-        builder = builder.version(version);
-    }
-    if let Some(attempt) = counter(get("attempt"), "attempt", 1)? {
-        builder = builder.attempt(attempt);
-    }
-    if let Some(count) = counter(get("replay_count"), "replay_count", 0)? {
-        builder = builder.replay_count(count);
-    }
-    if let Some(at) = instant(get("first_seen"), "first_seen")? {
-        builder = builder.first_seen(at);
-    }
-    if let Some(at) = instant(get("replayed_at"), "replayed_at")? {
-        builder = builder.replayed_at(at);
-    }
-    if let Some(route) = get("route") {
-        builder = builder.route(route_from(route)?);
-    }
-    if let Some(headers) = get("headers") {
-        let table = headers_from_json(headers).map_err(|e| anyhow!("field `headers`: {e}"))?;
-        for (name, value) in table {
-            builder = builder.header(name, value);
-        }
-    }
-    if let Some(itinerary) = get("itinerary") {
-        let slip = Itinerary::parse(&itinerary.to_string())
-            .map_err(|e| anyhow!("field `itinerary`: {e}"))?;
-        builder = builder.header(acemq::headers::ROUTING_SLIP, slip.to_json());
-    }
-    let envelope = builder.build_at(now).map_err(|e| match e {
-        acemq::Error::ReservedHeader { .. } => anyhow!("field `headers`: {e}"),
-        other => anyhow!("{other}"),
-    })?;
-    let envelope = provenance::stamp(envelope, origin);
-
-    let content_type =
-        text(get("content_type"), "content_type")?.unwrap_or_else(|| "application/json".to_owned());
-    let body = match get("payload") {
-        None => Vec::new(),
-        Some(payload) if is_json(&content_type) => serde_json::to_vec(payload)?,
-        Some(payload) => body_from_json(payload).map_err(|e| {
-            anyhow!("field `payload`: for content type {content_type} give text or {{\"base64\": \"...\"}} ({e})")
-        })?,
-    };
-    let mut properties = Properties::default()
-        .with_content_type(content_type)
-        .persistent();
-    envelope.write_properties(&mut properties);
-    Ok(MessageJson::new(exchange, routing_key, properties, body))
-}
-
-fn text(value: Option<&Value>, field: &str) -> anyhow::Result<Option<String>> {
-    match value {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => bail!("field `{field}`: expected a string, found {other}"),
-    }
-}
-
-fn counter(value: Option<&Value>, field: &str, min: u32) -> anyhow::Result<Option<u32>> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    value
-        .as_u64()
-        .and_then(|n| u32::try_from(n).ok())
-        .filter(|n| *n >= min && *n <= i32::MAX as u32)
-        .map(Some)
-        .ok_or_else(|| {
-            anyhow!("field `{field}`: expected an integer from {min} to 2147483647, found {value}")
-        })
-}
-
-fn instant(value: Option<&Value>, field: &str) -> anyhow::Result<Option<OffsetDateTime>> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    let parsed = match value {
-        Value::Number(n) => n.as_i64().and_then(wire::from_epoch_millis),
-        Value::String(s) => wire::read_instant(&FieldValue::from(s.as_str())),
-        _ => None,
-    };
-    parsed.map(Some).ok_or_else(|| {
-        anyhow!("field `{field}`: expected epoch milliseconds or RFC 3339, found {value}")
-    })
-}
-
-fn route_from(value: &Value) -> anyhow::Result<RoutingSlip> {
-    let object: &Map<String, Value> = value.as_object().ok_or_else(|| {
-        anyhow!(
-            "field `route`: expected {{\"steps\": [...], \"position\": n, \"run_id\": \"...\"}}"
-        )
-    })?;
-    let steps: Vec<String> = object
-        .get("steps")
-        .and_then(Value::as_array)
-        .and_then(|steps| {
-            steps
-                .iter()
-                .map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        })
-        .ok_or_else(|| anyhow!("field `route.steps`: expected an array of step names"))?;
-    let position = counter(
-        object.get("position").filter(|v| !v.is_null()),
-        "route.position",
-        0,
-    )?
-    .unwrap_or(0);
-    let run_id = match text(
-        object.get("run_id").filter(|v| !v.is_null()),
-        "route.run_id",
-    )? {
-        Some(id) => id,
-        None => RoutingSlip::start_of(steps.clone())
-            .map_err(|e| anyhow!("field `route`: {e}"))?
-            .run_id()
-            .to_owned(),
-    };
-    RoutingSlip::new(steps, position, run_id).map_err(|e| anyhow!("field `route`: {e}"))
 }

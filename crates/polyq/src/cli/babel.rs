@@ -8,14 +8,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::connect::TlsArgs;
+use crate::cli::payload::PayloadArg;
 use anyhow::{Context as _, anyhow};
+use babelqueue::inspect::Inspection;
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::transport::redis::RedisOptions;
 use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport};
-use babelqueue::{BabelQueue, MakeOptions, Verdict, conformance, projection};
+use babelqueue::{BabelQueue, MakeOptions, conformance};
 use clap::{Subcommand, ValueEnum};
-use polyq_amqp::MessageJson;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 /// `polyq babel` subcommands.
@@ -68,9 +68,8 @@ pub(crate) enum Command {
         /// The message URN, e.g. urn:babel:orders:created.
         #[arg(long)]
         urn: String,
-        /// The payload, JSON (key order and number spelling are kept).
-        #[arg(long)]
-        data: String,
+        #[command(flatten)]
+        payload: PayloadArg,
         /// A trace id to continue (a new UUID v4 per job otherwise).
         #[arg(long)]
         trace_id: Option<String>,
@@ -82,7 +81,7 @@ pub(crate) enum Command {
         count: u32,
     },
     /// Take jobs off a queue, acknowledging them, and print each as `decode` does, one JSON
-    /// line each. Stops after --max jobs, or when none came for --timeout seconds.
+    /// line each. Stops after --limit jobs, or when none came for --timeout seconds.
     Consume {
         #[command(flatten)]
         broker: Broker,
@@ -90,8 +89,8 @@ pub(crate) enum Command {
         #[arg(long)]
         queue: String,
         /// Stop after this many jobs (default: only the timeout stops it).
-        #[arg(long)]
-        max: Option<u64>,
+        #[arg(long, alias = "max")]
+        limit: Option<u64>,
         /// Stop when no job came for this many seconds.
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
@@ -108,8 +107,8 @@ pub(crate) enum Command {
         #[arg(long)]
         to: Option<String>,
         /// Take at most this many jobs (default: all the dead-letter queue holds when it starts).
-        #[arg(long, default_value_t = 0)]
-        max: usize,
+        #[arg(long, alias = "max", default_value_t = 0)]
+        limit: usize,
         /// Report the plan and put everything back.
         #[arg(long)]
         dry_run: bool,
@@ -191,7 +190,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Decode { file } => {
             let input = read_input(file.as_ref())?;
-            println!("{}", inspect(&input));
+            println!("{}", serde_json::to_string(&Inspection::of_input(&input))?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Make {
@@ -215,9 +214,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Conformance { dir, redis_url } => {
-            let options = conformance::Options {
-                redis_url: Some(redis_url),
-            };
+            let options = conformance::Options::default().redis_url(redis_url);
             let summary = tokio::task::spawn_blocking(move || {
                 conformance::run(&dir, &options, &mut |case| match &case.outcome {
                     Ok(()) => println!("ok   {}", case.name),
@@ -236,13 +233,12 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             broker,
             queue,
             urn,
-            data,
+            payload,
             trace_id,
             headers,
             count,
         } => {
-            let data: Box<RawValue> =
-                serde_json::from_str(&data).map_err(|e| anyhow!("--data: not JSON: {e}"))?;
+            let data: Box<RawValue> = payload.parse()?;
             let headers = headers
                 .iter()
                 .map(|h| super::acemq::name_value(h, "--header"))
@@ -267,17 +263,18 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Consume {
             broker,
             queue,
-            max,
+            limit,
             timeout,
         } => {
             let idle = seconds(timeout, "--timeout")?;
             let transport = broker.connect().await?;
             let mut taken = 0u64;
-            while max.is_none_or(|n| taken < n) {
+            while limit.is_none_or(|n| taken < n) {
                 let Some(reserved) = transport.reserve(&queue, idle).await? else {
                     break;
                 };
-                println!("{}", report(&reserved.body, reserved.headers));
+                let seen = Inspection::of_body(&reserved.body, reserved.headers);
+                println!("{}", serde_json::to_string(&seen)?);
                 transport.ack(&reserved.receipt).await?;
                 taken += 1;
             }
@@ -288,13 +285,13 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             broker,
             dlq,
             to,
-            max,
+            limit,
             dry_run,
             bypass,
             window,
         } => {
             let mut options = RedriveOptions::new()
-                .max(max)
+                .limit(limit)
                 .dry_run(dry_run)
                 .bypass(bypass)
                 .window(window);
@@ -307,7 +304,8 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .redis_layout(broker.layout.into())
                 .prefetch(u16::try_from(window).unwrap_or(u16::MAX))
                 .redis(RedisOptions::new().prefetch(window.clamp(1, REDIS_MAX_PREFETCH)));
-            let transport = progress::Counted::new(broker.connect_with(connect).await?, &dlq, max);
+            let transport =
+                progress::Counted::new(broker.connect_with(connect).await?, &dlq, limit);
             let outcome = babelqueue::redrive::redrive(&transport, &dlq, &options).await;
             transport.finish();
             match outcome {
@@ -340,71 +338,4 @@ fn read_input(file: Option<&PathBuf>) -> anyhow::Result<Vec<u8>> {
             Ok(input)
         }
     }
-}
-
-/// The body inside `input`: the `body` of a message in the `polyq` message JSON shape, else
-/// `input` itself.
-fn message_body(input: &[u8]) -> Vec<u8> {
-    let shaped = serde_json::from_slice::<Value>(input).ok().filter(|value| {
-        value.get("body").is_some()
-            && value.get("job").is_none()
-            && value.get("urn").is_none()
-            && value.get(projection::FRAME_KEY).is_none()
-            && ["exchange", "routing_key", "properties", "headers"]
-                .iter()
-                .any(|k| value.get(k).is_some())
-    });
-    match shaped.and_then(|value| MessageJson::from_json(&value).ok()) {
-        Some(message) => message.body.to_vec(),
-        None => input.to_vec(),
-    }
-}
-
-fn inspect(input: &[u8]) -> String {
-    let body = message_body(input);
-    match std::str::from_utf8(&body) {
-        Ok(text) => {
-            let (inner, headers) = projection::unframe(text);
-            report(inner.as_bytes(), headers)
-        }
-        Err(_) => report(&body, Vec::new()),
-    }
-}
-
-/// The `decode` verdict line for an envelope body and its out-of-band headers.
-pub(crate) fn report(body: &[u8], headers: Vec<(String, String)>) -> String {
-    let (decoded, reason, poison) = match babelqueue::classify(body) {
-        Verdict::Accepted(decoded) => (Some(decoded), None, None),
-        Verdict::Rejected { decoded, reason } => (Some(decoded), Some(reason.as_str()), None),
-        Verdict::Poison(cause) => {
-            let decoded = babelqueue::decode(body).ok();
-            (decoded, None, Some(cause.to_string()))
-        }
-    };
-    let envelope = decoded.as_ref().and_then(|d| d.envelope.encode().ok());
-    let report = Report {
-        accepts: decoded.is_some() && reason.is_none() && poison.is_none(),
-        reason,
-        urn: decoded.as_ref().and_then(|d| d.envelope.urn()),
-        poison: poison.is_some(),
-        poison_cause: poison.as_deref(),
-        warnings: decoded.as_ref().map_or(&[][..], |d| &d.warnings[..]),
-        envelope: envelope.as_deref(),
-        headers: headers.into_iter().collect(),
-    };
-    serde_json::to_string(&report).unwrap_or_default()
-}
-
-/// The output of `polyq babel decode`, in this key order.
-#[derive(serde::Serialize)]
-struct Report<'a> {
-    accepts: bool,
-    reason: Option<&'a str>,
-    urn: Option<&'a str>,
-    poison: bool,
-    poison_cause: Option<&'a str>,
-    warnings: &'a [babelqueue::Warning],
-    envelope: Option<&'a str>,
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    headers: std::collections::BTreeMap<String, String>,
 }

@@ -16,10 +16,10 @@ use super::handler::{HandlerError, Message, Outcome};
 use super::{BoxHandler, DrainReport};
 use crate::Envelope;
 use crate::contract::codec::Decoders;
+use crate::error::RuntimeError;
 use crate::runtime::connection::AceMq;
 use crate::runtime::engine::{Engine, Held};
 use crate::runtime::telemetry::{self, ConsumeResult};
-use crate::runtime_error::RuntimeError;
 
 /// What the handler tasks of one consumer share.
 pub(super) struct Worker<T> {
@@ -99,7 +99,7 @@ pub(super) async fn run<T: Send + 'static>(
             },
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Err(error) = joined {
-                    tracing::error!(queue = %worker.queue, %error, "a consumer task failed");
+                    tracing::error!(queue = %worker.queue, error = %polyq_amqp::error_chain(&error), "a consumer task failed");
                 }
             }
             next = next_delivery(&mut subscribed), if tasks.len() < concurrency => match next {
@@ -110,7 +110,7 @@ pub(super) async fn run<T: Send + 'static>(
                 ended => {
                     report.ended = Some(match ended {
                         Some(Err(error)) => {
-                            tracing::error!(queue = %worker.queue, %error, "consumer stopped");
+                            tracing::error!(queue = %worker.queue, error = %polyq_amqp::error_chain(&error), "consumer stopped");
                             error.to_string()
                         }
                         _ => "the connection was closed".to_owned(),
@@ -160,7 +160,7 @@ fn note(joined: Result<Ended, tokio::task::JoinError>, report: &mut DrainReport)
         Ok(Ended::Interrupted) => report.interrupted += 1,
         // Handler panics are caught inside the task; this is a bug in the engine itself.
         Err(error) => {
-            tracing::error!(%error, "a consumer task failed");
+            tracing::error!(error = %polyq_amqp::error_chain(&error), "a consumer task failed");
             report.interrupted += 1;
         }
     }
@@ -187,12 +187,12 @@ impl<T: Send + 'static> Worker<T> {
             unhandled.push(delivery);
         }
         if let Err(error) = stream.cancel().await {
-            tracing::debug!(queue = %self.queue, %error, "cancelling the consumer failed; its channel closes instead");
+            tracing::debug!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "cancelling the consumer failed; its channel closes instead");
         }
         let returned = unhandled.len();
         for delivery in unhandled {
             if let Err(error) = delivery.nack(true).await {
-                tracing::debug!(queue = %self.queue, %error, "returning an unhandled delivery failed; the broker redelivers it");
+                tracing::debug!(queue = %self.queue, error = %polyq_amqp::error_chain(&error), "returning an unhandled delivery failed; the broker redelivers it");
             }
         }
         returned

@@ -33,10 +33,10 @@ pub use polyq_runtime::Shutdown;
 use crate::contract::codec::{Decode, Decoders};
 use crate::contract::retry::RetryPolicy;
 use crate::contract::topology::TopologyPlan;
+use crate::error::RuntimeError;
 use crate::runtime::connection::AceMq;
 use crate::runtime::engine::Engine;
 use crate::runtime::telemetry::ConsumeMetrics;
-use crate::runtime_error::RuntimeError;
 
 /// Deliveries the broker hands a consumer before any is acknowledged, by default.
 pub const DEFAULT_PREFETCH: u16 = 50;

@@ -37,7 +37,7 @@ impl Connection {
     pub(super) async fn open(url: &str, options: &RedisOptions) -> crate::Result<Self> {
         options.validate()?;
         let shown: Arc<str> = polyq_amqp::redact_url(url).into();
-        let hide = |message: String| message.replace(url, &shown);
+        let hide = |message: &str| message.replace(url, &shown);
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             return Err(Error::UnsupportedUrl {
                 url: shown.to_string(),
@@ -72,7 +72,7 @@ impl Connection {
         }
         .map_err(|error| Error::UnsupportedUrl {
             url: shown.to_string(),
-            reason: hide(error.to_string()),
+            reason: hide(&error.to_string()),
         })?;
         let waiting_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.connection_timeout))
@@ -82,27 +82,14 @@ impl Connection {
         let first = client
             .get_multiplexed_async_connection_with_config(&waiting_config)
             .await
-            .map_err(|error| {
-                let (kind, message) = describe(&error);
-                Error::Redis {
-                    url: shown.to_string(),
-                    operation: "connect".to_owned(),
-                    kind,
-                    message: hide(message),
-                }
-            })?;
+            .map_err(|error| failed(&shown, "connect".to_owned(), error, hide))?;
         let commands = ConnectionManager::new_lazy_with_config(
             client.clone(),
             ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(options.connection_timeout))
                 .set_response_timeout(Some(options.response_timeout)),
         )
-        .map_err(|error| Error::Redis {
-            url: shown.to_string(),
-            operation: "connect".to_owned(),
-            kind: RedisErrorKind::Connection,
-            message: hide(error.to_string()),
-        })?;
+        .map_err(|error| failed(&shown, "connect".to_owned(), error, hide))?;
         Ok(Self {
             shown,
             client,
@@ -122,7 +109,7 @@ impl Connection {
         invocation
             .invoke_async(&mut commands)
             .await
-            .map_err(|error| self.failed(operation(), &error))
+            .map_err(|error| failed(&self.shown, operation(), error, str::to_owned))
     }
 
     /// Runs a script that settles `count` reservations and answers, for each in order, 1 when
@@ -157,7 +144,7 @@ impl Connection {
         command
             .query_async(&mut commands)
             .await
-            .map_err(|error| self.failed(operation(), &error))
+            .map_err(|error| failed(&self.shown, operation(), error, str::to_owned))
     }
 
     /// Runs a blocking command on a waiting connection of its own. A connection that failed is
@@ -170,7 +157,7 @@ impl Connection {
     ) -> crate::Result<T> {
         self.block_on_idle(command)
             .await
-            .map_err(|error| self.failed(operation(), &error))
+            .map_err(|error| failed(&self.shown, operation(), error, str::to_owned))
     }
 
     async fn block_on_idle<T: FromRedisValue>(&self, command: &Cmd) -> redis::RedisResult<T> {
@@ -204,6 +191,7 @@ impl Connection {
             message: "the reservation is no longer held: its deadline lapsed and it went back to \
                       the queue, or it was already settled; nothing was written"
                 .to_owned(),
+            source: None,
         }
     }
 
@@ -216,31 +204,49 @@ impl Connection {
             message: "out-of-band headers ride in a JSON header frame, which cannot hold a body \
                       that is not UTF-8; publish it without headers"
                 .to_owned(),
-        }
-    }
-
-    fn failed(&self, operation: String, error: &RedisError) -> Error {
-        let (kind, message) = describe(error);
-        Error::Redis {
-            url: self.shown.to_string(),
-            operation,
-            kind,
-            message,
+            source: None,
         }
     }
 }
 
-fn describe(error: &RedisError) -> (RedisErrorKind, String) {
-    let kind = if error.is_io_error()
+/// The error for a failed Redis call, the client's error as its source. `hide` takes the
+/// credentials out of a text; an error whose text carries them is kept as that text only.
+fn failed(
+    shown: &str,
+    operation: String,
+    error: RedisError,
+    hide: impl Fn(&str) -> String,
+) -> Error {
+    let (kind, message) = if error.is_io_error()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_timeout()
     {
-        RedisErrorKind::Connection
+        (
+            RedisErrorKind::Connection,
+            "the server could not be reached, or the connection broke or timed out; retrying \
+             later may succeed",
+        )
     } else {
-        RedisErrorKind::Command
+        (
+            RedisErrorKind::Command,
+            "the server refused or failed the command",
+        )
     };
-    (kind, error.to_string())
+    let text = error.to_string();
+    let hidden = hide(&text);
+    let source: polyq_amqp::SourceError = if hidden == text {
+        Box::new(error)
+    } else {
+        Box::new(std::io::Error::other(hidden))
+    };
+    Error::Redis {
+        url: shown.to_owned(),
+        operation,
+        kind,
+        message: message.to_owned(),
+        source: Some(source),
+    }
 }
 
 /// Whole epoch seconds, the unit of every score the SDKs write.

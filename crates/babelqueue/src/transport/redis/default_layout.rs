@@ -241,7 +241,7 @@ impl RedisTransport {
             )
             .await;
         if let Err(error) = put_back {
-            tracing::warn!(queue = %receipt.queue, %error, "could not put back a prefetched message; it returns when its deadline lapses");
+            tracing::warn!(queue = %receipt.queue, error = %polyq_amqp::error_chain(&error), "could not put back a prefetched message; it returns when its deadline lapses");
         }
     }
 

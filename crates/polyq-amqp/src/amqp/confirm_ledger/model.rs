@@ -25,7 +25,8 @@ type FakeConfirm = Map<
 >;
 
 fn lost(received: std::result::Result<Answer, oneshot::error::RecvError>) -> Answer {
-    received.unwrap_or_else(|_| Answer::Failed(Failure::Lost("dropped".to_owned())))
+    received
+        .unwrap_or_else(|_| Answer::Failed(Failure::Lost(std::io::Error::other("dropped").into())))
 }
 
 /// Content decides routability, so identical messages share their truth.
@@ -188,7 +189,9 @@ impl<'a> Model<'a> {
                 self.unacked.clear();
                 self.frames.clear();
                 for (_, resolve) in std::mem::take(&mut self.pending) {
-                    let _ = resolve.send(Answer::Failed(Failure::Lost("closed".to_owned())));
+                    let _ = resolve.send(Answer::Failed(Failure::Lost(
+                        std::io::Error::other("closed").into(),
+                    )));
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! Redrive progress on standard error, observed at the binding: the dead-letter queue's depth
-//! when the redrive starts (at most `--max`) is the length of the bar, every job settled
+//! when the redrive starts (at most `--limit`) is the length of the bar, every job settled
 //! (acknowledged once redriven, or moved to the end of the dead-letter queue) advances it. The
 //! bar is hidden when standard error is not a terminal.
 
@@ -14,13 +14,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub(crate) struct Counted<T> {
     inner: T,
     dlq: String,
-    max: u64,
+    limit: u64,
     bar: ProgressBar,
 }
 
 impl<T: Transport> Counted<T> {
-    /// Wraps `inner`, showing a bar for the redrive of at most `max` jobs (0: all) of `dlq`.
-    pub(crate) fn new(inner: T, dlq: &str, max: usize) -> Self {
+    /// Wraps `inner`, showing a bar for the redrive of at most `limit` jobs (0: all) of `dlq`.
+    pub(crate) fn new(inner: T, dlq: &str, limit: usize) -> Self {
         let bar = if std::io::stderr().is_terminal() {
             ProgressBar::new(0)
         } else {
@@ -36,7 +36,7 @@ impl<T: Transport> Counted<T> {
         Self {
             inner,
             dlq: dlq.to_owned(),
-            max: u64::try_from(max).unwrap_or(u64::MAX),
+            limit: u64::try_from(limit).unwrap_or(u64::MAX),
             bar,
         }
     }
@@ -107,10 +107,10 @@ impl<T: Transport> Transport for Counted<T> {
     async fn depth(&self, queue: &str) -> babelqueue::Result<u64> {
         let depth = self.inner.depth(queue).await?;
         if queue == self.dlq {
-            self.bar.set_length(if self.max == 0 {
+            self.bar.set_length(if self.limit == 0 {
                 depth
             } else {
-                depth.min(self.max)
+                depth.min(self.limit)
             });
         }
         Ok(depth)

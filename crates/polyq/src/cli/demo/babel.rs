@@ -77,7 +77,7 @@ async fn steps(jobs: &BabelQueue, timeline: &Timeline) -> anyhow::Result<()> {
     expect(report.dead_lettered == 2, "two dead-letters", &report)?;
     show_dead_letters(jobs.transport(), &dlq, timeline).await?;
 
-    let redrive = RedriveOptions::new().bypass(true).max(2).wait(STEP);
+    let redrive = RedriveOptions::new().bypass(true).limit(2).wait(STEP);
     let mut report =
         babelqueue::redrive::redrive(jobs.transport().as_ref(), &dlq, &redrive).await?;
     report

@@ -3,22 +3,12 @@
 use std::io::IsTerminal as _;
 
 use crate::cli::connect::AmqpBroker;
+use acemq::inspect::MessageView;
 use acemq::patterns::replay::{Replay, Stopped};
+use acemq::time::OffsetDateTime;
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use polyq_amqp::{Client, Delivery, MessageJson};
-use serde::Serialize;
-
-/// One line of `peek`: the message JSON keys in their documented order, then these.
-#[derive(Serialize)]
-struct Peeked<'a, D> {
-    #[serde(flatten)]
-    message: &'a MessageJson,
-    redelivered: bool,
-    envelope: Option<D>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    envelope_error: Option<String>,
-}
 
 /// Moves messages from `Q.dlq` (or `Q.parked`) back to `Q`, with a progress bar on standard
 /// error (hidden when it is not a terminal) and a summary on standard output.
@@ -89,15 +79,10 @@ fn progress_bar(length: u64, source: &str, dry_run: bool) -> ProgressBar {
 /// Messages are read with `basic.get` and held until the last one is read, then all given back
 /// with `nack` and requeue, so none is shown twice and none is lost; the broker marks them
 /// redelivered, and a consumer may see them reordered.
-pub(super) async fn peek<D: Serialize>(
-    broker: &AmqpBroker,
-    queue: &str,
-    count: u64,
-    describe: impl Fn(&MessageJson) -> anyhow::Result<D>,
-) -> anyhow::Result<()> {
+pub(super) async fn peek(broker: &AmqpBroker, queue: &str, count: u64) -> anyhow::Result<()> {
     let client = broker.client().await?;
     let mut held: Vec<Delivery> = Vec::new();
-    let shown = show(&client, queue, count, &describe, &mut held).await;
+    let shown = show(&client, queue, count, &mut held).await;
     let mut given_back = Ok(());
     for delivery in &held {
         if let Err(e) = delivery.nack(true).await {
@@ -110,11 +95,10 @@ pub(super) async fn peek<D: Serialize>(
     Ok(())
 }
 
-async fn show<D: Serialize>(
+async fn show(
     client: &Client,
     queue: &str,
     count: u64,
-    describe: &impl Fn(&MessageJson) -> anyhow::Result<D>,
     held: &mut Vec<Delivery>,
 ) -> anyhow::Result<()> {
     while (held.len() as u64) < count {
@@ -131,19 +115,9 @@ async fn show<D: Serialize>(
             delivery.properties.clone(),
             delivery.body.clone(),
         );
-        let redelivered = delivery.redelivered;
+        let view = MessageView::new(message, delivery.redelivered, OffsetDateTime::now_utc());
         held.push(delivery);
-        let (envelope, envelope_error) = match describe(&message) {
-            Ok(envelope) => (Some(envelope), None),
-            Err(e) => (None, Some(format!("{e:#}"))),
-        };
-        let line = Peeked {
-            message: &message,
-            redelivered,
-            envelope,
-            envelope_error,
-        };
-        println!("{}", serde_json::to_string(&line)?);
+        println!("{}", serde_json::to_string(&view)?);
     }
     Ok(())
 }

@@ -5,3 +5,4 @@ pub(crate) mod babel;
 pub(crate) mod bench;
 pub(crate) mod connect;
 pub(crate) mod demo;
+pub(crate) mod payload;
