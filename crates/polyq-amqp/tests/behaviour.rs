@@ -5,7 +5,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
@@ -17,31 +16,9 @@ use tokio::time::Instant;
 
 use common::{Fixture, within};
 
-/// Generates, for each async test body `name(url)`, a test per broker.
-macro_rules! on_both_brokers {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::common::run(super::common::memory_url(), super::$name).await;
-                }
-            )*
-        }
-
-        #[cfg(feature = "amqp")]
-        mod rabbitmq {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::common::run(polyq_testkit::amqp_url(), super::$name).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_brokers!(
+polyq_testkit::both_brokers!(
+    #[tokio::test]
+    rabbitmq if feature = "amqp";
     headers_of_every_field_type_and_all_properties_round_trip,
     unroutable_mandatory_publish_comes_back_returned,
     ttl_queue_dead_letters_back_to_its_origin_through_an_exchange,
@@ -138,7 +115,7 @@ fn death_history(delivery: &Delivery) -> Vec<FieldTable> {
     }
 }
 
-async fn headers_of_every_field_type_and_all_properties_round_trip(fx: Arc<Fixture>) {
+async fn headers_of_every_field_type_and_all_properties_round_trip(fx: &'static Fixture) {
     let queue = fx.name("headers");
     fx.queue(transient(&queue)).await;
 
@@ -219,7 +196,7 @@ async fn headers_of_every_field_type_and_all_properties_round_trip(fx: Arc<Fixtu
     delivery.ack().await.unwrap();
 }
 
-async fn unroutable_mandatory_publish_comes_back_returned(fx: Arc<Fixture>) {
+async fn unroutable_mandatory_publish_comes_back_returned(fx: &'static Fixture) {
     let exchange = fx.name("unbound");
     fx.exchange(ExchangeSpec {
         durable: false,
@@ -247,7 +224,7 @@ async fn unroutable_mandatory_publish_comes_back_returned(fx: Arc<Fixture>) {
     }
 }
 
-async fn ttl_queue_dead_letters_back_to_its_origin_through_an_exchange(fx: Arc<Fixture>) {
+async fn ttl_queue_dead_letters_back_to_its_origin_through_an_exchange(fx: &'static Fixture) {
     let exchange = fx.name("origin");
     let work = fx.name("work");
     let rung = fx.name("rung");
@@ -310,7 +287,7 @@ async fn ttl_queue_dead_letters_back_to_its_origin_through_an_exchange(fx: Arc<F
     );
 }
 
-async fn reject_without_requeue_dead_letters(fx: Arc<Fixture>) {
+async fn reject_without_requeue_dead_letters(fx: &'static Fixture) {
     let dlx = fx.name("dlx");
     let work = fx.name("work");
     let dead = fx.name("dead");
@@ -354,7 +331,7 @@ async fn reject_without_requeue_dead_letters(fx: Arc<Fixture>) {
     );
 }
 
-async fn requeue_sets_redelivered(fx: Arc<Fixture>) {
+async fn requeue_sets_redelivered(fx: &'static Fixture) {
     let queue = fx.name("requeue");
     fx.queue(transient(&queue)).await;
     acked(&fx.client, "", &queue, "first").await;
@@ -389,7 +366,7 @@ async fn requeue_sets_redelivered(fx: Arc<Fixture>) {
     assert!(matches!(third.ack().await, Err(Error::AlreadySettled)));
 }
 
-async fn prefetch_is_never_exceeded(fx: Arc<Fixture>) {
+async fn prefetch_is_never_exceeded(fx: &'static Fixture) {
     const PREFETCH: u16 = 3;
     let queue = fx.name("prefetch");
     fx.queue(transient(&queue)).await;
@@ -420,7 +397,7 @@ async fn prefetch_is_never_exceeded(fx: Arc<Fixture>) {
     consumer.cancel().await.unwrap();
 }
 
-async fn topic_routing_follows_star_and_hash(fx: Arc<Fixture>) {
+async fn topic_routing_follows_star_and_hash(fx: &'static Fixture) {
     let exchange = fx.name("topic");
     fx.exchange(ExchangeSpec::new(&exchange, ExchangeKind::Topic))
         .await;
@@ -479,7 +456,7 @@ async fn topic_routing_follows_star_and_hash(fx: Arc<Fixture>) {
     }
 }
 
-async fn confirm_outcomes(fx: Arc<Fixture>) {
+async fn confirm_outcomes(fx: &'static Fixture) {
     let queue = fx.name("confirm");
     fx.queue(transient(&queue)).await;
     assert_eq!(
@@ -517,7 +494,7 @@ async fn confirm_outcomes(fx: Arc<Fixture>) {
     );
 }
 
-async fn publishing_to_a_missing_exchange_fails_with_not_found(fx: Arc<Fixture>) {
+async fn publishing_to_a_missing_exchange_fails_with_not_found(fx: &'static Fixture) {
     // On RabbitMQ this closes the channel; a separate connection keeps the fixture's clean.
     let client = fx.connect().await;
     let missing = fx.name("missing");
@@ -533,7 +510,7 @@ async fn publishing_to_a_missing_exchange_fails_with_not_found(fx: Arc<Fixture>)
     }
 }
 
-async fn inspecting_an_exchange_proves_that_it_exists(fx: Arc<Fixture>) {
+async fn inspecting_an_exchange_proves_that_it_exists(fx: &'static Fixture) {
     let exchange = fx.name("inspected");
     let missing = fx.client.inspect_exchange(&exchange).await;
     assert!(
@@ -566,7 +543,7 @@ async fn inspecting_an_exchange_proves_that_it_exists(fx: Arc<Fixture>) {
     ));
 }
 
-async fn basic_get_fetches_one_message_at_a_time(fx: Arc<Fixture>) {
+async fn basic_get_fetches_one_message_at_a_time(fx: &'static Fixture) {
     let queue = fx.name("get");
     fx.queue(transient(&queue)).await;
     assert!(fx.client.get(&queue).await.unwrap().is_none());
@@ -590,7 +567,7 @@ async fn basic_get_fetches_one_message_at_a_time(fx: Arc<Fixture>) {
     ));
 }
 
-async fn purge_delete_and_counts(fx: Arc<Fixture>) {
+async fn purge_delete_and_counts(fx: &'static Fixture) {
     let queue = fx.name("counts");
     let declared = fx.queue(transient(&queue)).await;
     assert_eq!((declared.message_count, declared.consumer_count), (0, 0));
@@ -638,7 +615,7 @@ async fn purge_delete_and_counts(fx: Arc<Fixture>) {
     ));
 }
 
-async fn exclusive_queue_is_refused_to_another_connection(fx: Arc<Fixture>) {
+async fn exclusive_queue_is_refused_to_another_connection(fx: &'static Fixture) {
     let owner = fx.connect().await;
     let queue = fx.name("exclusive");
     let spec = QueueSpec {
@@ -673,7 +650,7 @@ async fn exclusive_queue_is_refused_to_another_connection(fx: Arc<Fixture>) {
     .await;
 }
 
-async fn server_named_queue(fx: Arc<Fixture>) {
+async fn server_named_queue(fx: &'static Fixture) {
     let spec = QueueSpec {
         exclusive: true,
         durable: false,
@@ -691,7 +668,7 @@ async fn server_named_queue(fx: Arc<Fixture>) {
     assert_eq!(fx.client.delete_queue(&second.name).await.unwrap(), 0);
 }
 
-async fn closing_a_connection_requeues_its_unsettled_deliveries(fx: Arc<Fixture>) {
+async fn closing_a_connection_requeues_its_unsettled_deliveries(fx: &'static Fixture) {
     let queue = fx.name("close");
     fx.queue(transient(&queue)).await;
     acked(&fx.client, "", &queue, "unsettled").await;
@@ -719,7 +696,7 @@ async fn closing_a_connection_requeues_its_unsettled_deliveries(fx: Arc<Fixture>
     again.ack().await.unwrap();
 }
 
-async fn full_queue_with_reject_publish_nacks(fx: Arc<Fixture>) {
+async fn full_queue_with_reject_publish_nacks(fx: &'static Fixture) {
     let queue = fx.name("full");
     fx.queue(
         transient(&queue)
@@ -739,7 +716,7 @@ async fn full_queue_with_reject_publish_nacks(fx: Arc<Fixture>) {
     assert_eq!(&get(&fx.client, &queue).await.body[..], b"fits");
 }
 
-async fn oversized_short_strings_are_refused(fx: Arc<Fixture>) {
+async fn oversized_short_strings_are_refused(fx: &'static Fixture) {
     let long = "n".repeat(256);
     let declared = fx.client.declare_queue(&transient(&long)).await;
     assert!(
@@ -760,7 +737,7 @@ async fn oversized_short_strings_are_refused(fx: Arc<Fixture>) {
     acked(&fx.client, "", &queue, "still fine").await;
 }
 
-async fn per_message_expiration_dead_letters_with_the_original_expiration(fx: Arc<Fixture>) {
+async fn per_message_expiration_dead_letters_with_the_original_expiration(fx: &'static Fixture) {
     let queue = fx.name("expiring");
     let dead = fx.name("expired");
     fx.queue(transient(&dead)).await;
@@ -799,7 +776,7 @@ async fn per_message_expiration_dead_letters_with_the_original_expiration(fx: Ar
     delivery.ack().await.unwrap();
 }
 
-async fn max_length_drops_the_oldest_into_the_dead_letter_exchange(fx: Arc<Fixture>) {
+async fn max_length_drops_the_oldest_into_the_dead_letter_exchange(fx: &'static Fixture) {
     let queue = fx.name("bounded");
     let dead = fx.name("overflowed");
     fx.queue(transient(&dead)).await;
@@ -832,7 +809,7 @@ async fn max_length_drops_the_oldest_into_the_dead_letter_exchange(fx: Arc<Fixtu
     assert_eq!(&get(&fx.client, &queue).await.body[..], b"2");
 }
 
-async fn deleting_a_queue_ends_its_consumers(fx: Arc<Fixture>) {
+async fn deleting_a_queue_ends_its_consumers(fx: &'static Fixture) {
     let queue = fx.name("deleted");
     fx.queue(transient(&queue)).await;
     let mut consumer = fx
@@ -851,7 +828,7 @@ async fn deleting_a_queue_ends_its_consumers(fx: Arc<Fixture>) {
     assert!(ended.is_none(), "then the stream ends: {ended:?}");
 }
 
-async fn a_closed_client_refuses_work_and_its_consumers_end(fx: Arc<Fixture>) {
+async fn a_closed_client_refuses_work_and_its_consumers_end(fx: &'static Fixture) {
     let queue = fx.name("closing");
     fx.queue(transient(&queue)).await;
     acked(&fx.client, "", &queue, "held").await;
@@ -878,7 +855,7 @@ async fn a_closed_client_refuses_work_and_its_consumers_end(fx: Arc<Fixture>) {
 
 /// A publish returns before its frames are on the socket; closing the client still puts every
 /// returned publish on the wire before the connection goes, as if each had been awaited.
-async fn closing_a_client_first_writes_what_it_published(fx: Arc<Fixture>) {
+async fn closing_a_client_first_writes_what_it_published(fx: &'static Fixture) {
     const MESSAGES: u32 = 2_000;
     let queue = fx.name("close-writes");
     fx.queue(transient(&queue)).await;
@@ -904,7 +881,7 @@ async fn closing_a_client_first_writes_what_it_published(fx: Arc<Fixture>) {
     .await;
 }
 
-async fn exclusive_consumer_keeps_others_off_the_queue(fx: Arc<Fixture>) {
+async fn exclusive_consumer_keeps_others_off_the_queue(fx: &'static Fixture) {
     let queue = fx.name("exclusive-consumer");
     fx.queue(transient(&queue)).await;
     let exclusive = ConsumeOptions::default().exclusive(true);
@@ -921,7 +898,7 @@ async fn exclusive_consumer_keeps_others_off_the_queue(fx: Arc<Fixture>) {
     only.cancel().await.unwrap();
 }
 
-async fn auto_delete_queue_goes_with_its_last_consumer(fx: Arc<Fixture>) {
+async fn auto_delete_queue_goes_with_its_last_consumer(fx: &'static Fixture) {
     let queue = fx.name("auto-delete");
     let spec = QueueSpec {
         auto_delete: true,
@@ -952,7 +929,7 @@ async fn auto_delete_queue_goes_with_its_last_consumer(fx: Arc<Fixture>) {
     .await;
 }
 
-async fn redeclaring_differently_fails_as_on_rabbitmq(fx: Arc<Fixture>) {
+async fn redeclaring_differently_fails_as_on_rabbitmq(fx: &'static Fixture) {
     let queue = fx.name("redeclared");
     let spec = transient(&queue).argument("x-message-ttl", FieldValue::I32(1000));
     fx.queue(spec.clone()).await;
@@ -1018,7 +995,7 @@ async fn redeclaring_differently_fails_as_on_rabbitmq(fx: Arc<Fixture>) {
     access_refused(fx.client.delete_exchange("amq.direct").await);
 }
 
-async fn consumers_of_one_queue_take_turns(fx: Arc<Fixture>) {
+async fn consumers_of_one_queue_take_turns(fx: &'static Fixture) {
     let queue = fx.name("turns");
     fx.queue(transient(&queue)).await;
     let unlimited = ConsumeOptions::default().prefetch(0);
@@ -1043,7 +1020,7 @@ async fn consumers_of_one_queue_take_turns(fx: Arc<Fixture>) {
 /// RabbitMQ closes the channel on an `expiration` that is not a non-negative integer of
 /// milliseconds (at most ten years), which would surface as an unconfirmed publish; both brokers
 /// refuse it before publishing instead, and the client goes on publishing.
-async fn an_invalid_expiration_is_refused_before_publishing(fx: Arc<Fixture>) {
+async fn an_invalid_expiration_is_refused_before_publishing(fx: &'static Fixture) {
     let queue = fx.name("bad-expiration");
     fx.queue(transient(&queue)).await;
     for expiration in ["soon", "", "-1", "+1", "1.5", " 1", "315360000001"] {
