@@ -304,10 +304,8 @@ impl<T: Transport> Context<T> {
         cause: String,
         shutdown: &Shutdown,
     ) -> Outcome {
-        if self.settings.unknown_urn == UnknownUrn::Delete {
-            warn!(queue = %self.queue, %cause, "dropping a poison message (unknown-URN strategy delete)");
-            return self.ack_dropped(receipt).await;
-        }
+        // Whatever the unknown-URN strategy says: that strategy is about messages that decode
+        // and name a URN nobody handles, and a body nobody can read is never dropped unseen.
         warn!(queue = %self.queue, %cause, "poison message: dead-lettering it on its first delivery");
         let block = DeadLetter::new(
             DeadLetterReason::Poison,

@@ -61,7 +61,8 @@ pub enum UnknownUrn {
     /// `unknown_urn`. The default in every SDK.
     #[default]
     Fail,
-    /// Acknowledged and dropped (logged).
+    /// Acknowledged and dropped (logged). Only a message that decodes is dropped: poison still
+    /// goes to the dead-letter queue as its poison record, unlike the reference's `delete`.
     Delete,
     /// Put back unchanged for another consumer, after the release delay.
     Release,
