@@ -359,7 +359,8 @@ impl<T: Transport> Context<T> {
 
     /// After a failed settlement: the message goes back unchanged, after a pause so a broken
     /// dead-letter queue does not turn into a busy loop. When even that fails the reservation is
-    /// dropped unsettled, and the broker returns it (channel close, reservation deadline).
+    /// dropped unsettled: its receipt gives it back once more as it is dropped, and failing that
+    /// the broker returns it (channel close, reservation deadline).
     async fn hand_back(&self, receipt: &T::Receipt, shutdown: &Shutdown) -> Outcome {
         tokio::select! {
             () = tokio::time::sleep(self.settings.redelivery_pause) => {}
