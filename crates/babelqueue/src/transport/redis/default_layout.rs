@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{
-    GiveBack, RedisOptions, deadline_score, gave_back, move_in_one_script, one_queue,
+    GiveBack, RedisOptions, deadline_score, move_in_one_script, one_queue, release_on_drop,
     reserve_within, scripts,
 };
 use crate::projection::{frame, unframe};
@@ -350,7 +350,6 @@ fn reservation(
 
 /// Releases the reservation `token` of `stored` when its receipt is dropped unsettled.
 fn give_back(inner: &Arc<Inner>, queue: &str, stored: &Bytes, token: &str) -> Arc<GiveBack> {
-    let inner = Arc::downgrade(inner);
     let receipt = RedisReceipt {
         queue: queue.to_owned(),
         stored: stored.clone(),
@@ -358,15 +357,12 @@ fn give_back(inner: &Arc<Inner>, queue: &str, stored: &Bytes, token: &str) -> Ar
         headers: Headers::new(),
         give_back: None,
     };
-    GiveBack::new(move || async move {
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        let released = RedisTransport { inner }
-            .release(&receipt, Duration::ZERO)
-            .await;
-        gave_back(&receipt.queue, released);
-    })
+    release_on_drop(
+        inner,
+        |inner| RedisTransport { inner },
+        receipt,
+        queue.to_owned(),
+    )
 }
 
 impl Transport for RedisTransport {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{
-    GiveBack, RedisOptions, deadline_score, gave_back, move_in_one_script, one_queue,
+    GiveBack, RedisOptions, deadline_score, move_in_one_script, one_queue, release_on_drop,
     reserve_within, scripts, whole_seconds_up,
 };
 use crate::transport::{Capabilities, Reserved, Transport, move_each_to_end};
@@ -184,16 +184,13 @@ impl LaravelTransport {
     /// Releases the reservation of `receipt` (one that gives nothing back itself) when the
     /// receipt handed out with it is dropped unsettled.
     fn give_back(&self, receipt: LaravelReceipt) -> Arc<GiveBack> {
-        let inner = Arc::downgrade(&self.inner);
-        GiveBack::new(move || async move {
-            let Some(inner) = inner.upgrade() else {
-                return;
-            };
-            let released = LaravelTransport { inner }
-                .release(&receipt, Duration::ZERO)
-                .await;
-            gave_back(&receipt.queue, released);
-        })
+        let queue = receipt.queue.clone();
+        release_on_drop(
+            &self.inner,
+            |inner| LaravelTransport { inner },
+            receipt,
+            queue,
+        )
     }
 
     /// Blocks for at most `slice` until a job is made ready on `queue`.

@@ -274,6 +274,28 @@ impl Drop for GiveBack {
     }
 }
 
+/// A guard that releases `receipt` (one that gives nothing back itself) of `queue` through the
+/// transport `revive` makes of `inner`, as long as that transport still exists.
+pub(super) fn release_on_drop<I, T>(
+    inner: &Arc<I>,
+    revive: fn(Arc<I>) -> T,
+    receipt: T::Receipt,
+    queue: String,
+) -> Arc<GiveBack>
+where
+    I: Send + Sync + 'static,
+    T: Transport,
+{
+    let inner = Arc::downgrade(inner);
+    GiveBack::new(move || async move {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let released = revive(inner).release(&receipt, Duration::ZERO).await;
+        gave_back(&queue, released);
+    })
+}
+
 /// Logs the outcome of a release on drop: a reservation no longer held was settled or swept
 /// meanwhile, anything else returns when its deadline lapses.
 fn gave_back(queue: &str, released: crate::Result<()>) {
