@@ -34,6 +34,7 @@ polyq_testkit::both_brokers!(
     exclusive_queue_is_refused_to_another_connection,
     server_named_queue,
     closing_a_connection_requeues_its_unsettled_deliveries,
+    a_dropped_delivery_is_requeued_and_a_settled_one_is_not_settled_again,
     full_queue_with_reject_publish_nacks,
     oversized_short_strings_are_refused,
     per_message_expiration_dead_letters_with_the_original_expiration,
@@ -666,6 +667,64 @@ async fn server_named_queue(fx: &'static Fixture) {
         b"to a named-by-broker queue"
     );
     assert_eq!(fx.client.delete_queue(&second.name).await.unwrap(), 0);
+}
+
+async fn a_dropped_delivery_is_requeued_and_a_settled_one_is_not_settled_again(
+    fx: &'static Fixture,
+) {
+    let queue = fx.name("dropped");
+    fx.queue(transient(&queue)).await;
+    acked(&fx.client, "", &queue, "dropped").await;
+    acked(&fx.client, "", &queue, "kept").await;
+    // A window of one: the dropped delivery must leave it for anything else to arrive.
+    let mut consumer = fx
+        .client
+        .consume(&queue, &ConsumeOptions::default().prefetch(1))
+        .await
+        .unwrap();
+    let first = next(&mut consumer).await;
+    assert_eq!(
+        (&first.body[..], first.redelivered),
+        (&b"dropped"[..], false)
+    );
+    drop(first);
+
+    let again = next(&mut consumer).await;
+    assert_eq!(
+        (&again.body[..], again.redelivered),
+        (&b"dropped"[..], true)
+    );
+    again.ack().await.unwrap();
+    drop(again);
+    // A second settlement of the same tag would close the channel on RabbitMQ, and this
+    // delivery could then not be acknowledged.
+    let kept = next(&mut consumer).await;
+    assert_eq!((&kept.body[..], kept.redelivered), (&b"kept"[..], false));
+    // Split off, the acker alone gives the delivery back when it is dropped.
+    let Delivery { acker, .. } = kept;
+    drop(acker);
+    let kept = next(&mut consumer).await;
+    assert_eq!((&kept.body[..], kept.redelivered), (&b"kept"[..], true));
+    kept.ack().await.unwrap();
+    nothing_more(&mut consumer).await;
+    consumer.cancel().await.unwrap();
+
+    // basic.get: the same.
+    acked(&fx.client, "", &queue, "got").await;
+    drop(get(&fx.client, &queue).await);
+    let got = within("the dropped message back", async {
+        loop {
+            if let Some(delivery) = fx.client.get(&queue).await.unwrap() {
+                return delivery;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!((&got.body[..], got.redelivered), (&b"got"[..], true));
+    got.ack().await.unwrap();
+    let info = fx.client.inspect_queue(&queue).await.unwrap();
+    assert_eq!(info.message_count, 0);
 }
 
 async fn closing_a_connection_requeues_its_unsettled_deliveries(fx: &'static Fixture) {
