@@ -38,7 +38,7 @@ impl Shutdown {
         let mut signals = match Signals::new() {
             Ok(signals) => signals,
             Err(error) => {
-                tracing::warn!(error = %polyq_amqp::error_chain(&error), "cannot listen for shutdown signals; stop the worker another way");
+                tracing::warn!(%error, "cannot listen for shutdown signals; stop the worker another way");
                 return shutdown;
             }
         };
