@@ -92,6 +92,18 @@ pub enum Error {
     /// An idempotency store failed; the message should be retried.
     #[error("idempotency store: {0}")]
     Store(String),
+    /// An idempotency store did not answer (unreachable, timed out, or a query failed); the
+    /// message is handed back and tried again once the store answers.
+    #[error("idempotency store {store} could not {operation}; check that it is reachable")]
+    StoreFailed {
+        /// Which store (`redis`, `postgres`, or the name a custom store gives).
+        store: &'static str,
+        /// What it was asked to do (`look up a message id`, `claim a message id`, ...).
+        operation: &'static str,
+        /// The client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A conformance manifest or fixture could not be read or is malformed.
     #[error("conformance suite {path}: {message}")]
     Suite {
@@ -192,7 +204,7 @@ impl Error {
         match self {
             Error::Amqp(error) => error.is_transient(),
             Error::Redis { kind, .. } => *kind == RedisErrorKind::Connection,
-            Error::NotPublished { .. } | Error::Store(_) => true,
+            Error::NotPublished { .. } | Error::Store(_) | Error::StoreFailed { .. } => true,
             Error::Redrive { source, .. } => source.is_transient(),
             _ => false,
         }
