@@ -9,7 +9,6 @@
 
 mod runtime_support;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,35 +20,9 @@ use serde_json::{Value, json};
 const URN: &str = "urn:babel:payments:captured";
 const IDLE: Duration = Duration::from_millis(500);
 
-fn python() -> String {
-    std::env::var("POLYQ_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "POLYQ_PYTHON is not set: run scripts/test (which sets it), or scripts/python-peer and \
-             export POLYQ_PYTHON=$PWD/.venv/bin/python"
-        )
-    })
-}
-
 /// Runs one command of tests/python/idempotency_peer.py and returns its JSON answer.
 async fn peer(command: &str, args: Value) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/idempotency_peer.py");
-    let output = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new(python())
-            .arg(script)
-            .arg(command)
-            .arg(args.to_string())
-            .output(),
-    )
-    .await
-    .expect("the Python peer finishes within a minute")
-    .expect("the Python peer starts");
-    assert!(
-        output.status.success(),
-        "Python peer `{command}` failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    runtime_support::python_peer("idempotency_peer.py", command, args).await
 }
 
 #[tokio::test]

@@ -286,15 +286,17 @@ impl Idempotency {
     }
 }
 
-/// Rejects a key prefix or table name a store would build its names from, when it is empty.
-pub(crate) fn require_name(option: &'static str, name: &str) -> Result<()> {
-    if name.is_empty() {
-        return Err(Error::InvalidOption {
-            option,
-            reason: "it is empty".to_owned(),
-        });
+/// The error of a persistent store that could not do `operation`.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn failed<E: std::error::Error + Send + Sync + 'static>(
+    store: &'static str,
+    operation: &'static str,
+) -> impl FnOnce(E) -> Error {
+    move |error| Error::StoreFailed {
+        store,
+        operation,
+        source: Box::new(error),
     }
-    Ok(())
 }
 
 #[cfg(test)]

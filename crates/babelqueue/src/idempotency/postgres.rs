@@ -21,14 +21,8 @@ pub const CLAIMING_MIGRATION: &str =
 
 const SEEN_SET_TABLE: &str = "babelqueue_idempotency";
 const CLAIMING_TABLE: &str = "bq_idempotency";
-const STORE: &str = "postgres";
-
 fn failed(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
-    move |error| Error::StoreFailed {
-        store: STORE,
-        operation,
-        source: Box::new(error),
-    }
+    super::failed("postgres", operation)
 }
 
 /// Creates both tables under their default names (the shipped migrations, in order). Safe to
@@ -83,6 +77,22 @@ async fn migrate_renamed(pool: &PgPool, migration: &str, default: &str, table: &
         .await
         .map_err(failed("run the idempotency migration"))?;
     Ok(())
+}
+
+/// Runs `sql`, binding `id` when given; how many rows it touched.
+async fn execute(
+    pool: &PgPool,
+    sql: &str,
+    id: Option<&str>,
+    operation: &'static str,
+) -> Result<u64> {
+    let query = sqlx::query(sql);
+    let query = match id {
+        Some(id) => query.bind(id),
+        None => query,
+    };
+    let done = query.execute(pool).await.map_err(failed(operation))?;
+    Ok(done.rows_affected())
 }
 
 /// The TTL in whole milliseconds for SQL, `None` for no expiry.
@@ -182,11 +192,7 @@ impl PostgresStore {
             "DELETE FROM {} WHERE expires_at IS NOT NULL AND expires_at <= now()",
             self.table
         );
-        let done = sqlx::query(&purge)
-            .execute(&self.pool)
-            .await
-            .map_err(failed("purge expired message ids"))?;
-        Ok(done.rows_affected())
+        execute(&self.pool, &purge, None, "purge expired message ids").await
     }
 }
 
@@ -216,11 +222,7 @@ impl IdempotencyStore for PostgresStore {
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            sqlx::query(&self.forget)
-                .bind(id)
-                .execute(&self.pool)
-                .await
-                .map_err(failed("forget a message id"))?;
+            execute(&self.pool, &self.forget, Some(id), "forget a message id").await?;
             Ok(())
         })
     }
@@ -314,20 +316,13 @@ impl PostgresClaimingStore {
             "DELETE FROM {} WHERE state = 'claimed' AND expires_at < extract(epoch from now())::bigint",
             self.table
         );
-        let done = sqlx::query(&purge)
-            .execute(&self.pool)
-            .await
-            .map_err(failed("purge expired claims"))?;
-        Ok(done.rows_affected())
+        execute(&self.pool, &purge, None, "purge expired claims").await
     }
 
     async fn execute(&self, sql: &str, id: &str, operation: &'static str) -> Result<()> {
-        sqlx::query(sql)
-            .bind(id)
-            .execute(&self.pool)
+        execute(&self.pool, sql, Some(id), operation)
             .await
-            .map_err(failed(operation))?;
-        Ok(())
+            .map(drop)
     }
 }
 

@@ -7,17 +7,11 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{ClaimingStore, IdempotencyStore, StoreFuture, require_name};
+use super::{ClaimingStore, IdempotencyStore, StoreFuture};
 use crate::error::{Error, Result};
 
-const STORE: &str = "redis";
-
 fn failed(operation: &'static str) -> impl FnOnce(redis::RedisError) -> Error {
-    move |error| Error::StoreFailed {
-        store: STORE,
-        operation,
-        source: Box::new(error),
-    }
+    super::failed("redis", operation)
 }
 
 /// A connection manager to `url` that fails a command after a few seconds instead of waiting
@@ -41,6 +35,50 @@ fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+/// The keys of one store: `<prefix><meta.id>` on one connection.
+#[derive(Clone)]
+struct Keys {
+    connection: ConnectionManager,
+    prefix: String,
+}
+
+impl Keys {
+    fn key(&self, id: &str) -> String {
+        format!("{}{id}", self.prefix)
+    }
+
+    /// An empty prefix is refused: it would mix message ids with every other key.
+    fn set_prefix(&mut self, prefix: String) -> Result<()> {
+        if prefix.is_empty() {
+            return Err(Error::InvalidOption {
+                option: "Redis idempotency key prefix",
+                reason: "it is empty".to_owned(),
+            });
+        }
+        self.prefix = prefix;
+        Ok(())
+    }
+
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        command: &redis::Cmd,
+        operation: &'static str,
+    ) -> Result<T> {
+        let mut connection = self.connection.clone();
+        command
+            .query_async(&mut connection)
+            .await
+            .map_err(failed(operation))
+    }
+
+    async fn delete(&self, id: &str) -> Result<()> {
+        let _: i64 = self
+            .run(redis::cmd("DEL").arg(self.key(id)), "forget a message id")
+            .await?;
+        Ok(())
+    }
+}
+
 /// The Go SDK's Redis seen-set: `remember` is `SET <prefix><id> 1 NX [PX ttl]`, `seen` is
 /// `EXISTS`, `forget` is `DEL`.
 ///
@@ -56,15 +94,14 @@ fn millis(ttl: Duration) -> u64 {
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
-    prefix: String,
+    keys: Keys,
     ttl: Option<Duration>,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.keys.prefix)
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
@@ -77,8 +114,10 @@ impl RedisStore {
     /// A store over an existing connection.
     pub fn new(connection: ConnectionManager) -> Self {
         Self {
-            connection,
-            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            keys: Keys {
+                connection,
+                prefix: Self::DEFAULT_PREFIX.to_owned(),
+            },
             ttl: None,
         }
     }
@@ -98,8 +137,7 @@ impl RedisStore {
     /// # Errors
     /// [`Error::InvalidOption`] for an empty prefix (it would mix message ids with every other key).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Result<Self> {
-        self.prefix = prefix.into();
-        require_name("Redis idempotency key prefix", &self.prefix)?;
+        self.keys.set_prefix(prefix.into())?;
         Ok(self)
     }
 
@@ -108,51 +146,31 @@ impl RedisStore {
         self.ttl = Some(ttl);
         self
     }
-
-    fn key(&self, id: &str) -> String {
-        format!("{}{id}", self.prefix)
-    }
 }
 
 impl IdempotencyStore for RedisStore {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
-            let found: i64 = redis::cmd("EXISTS")
-                .arg(self.key(id))
-                .query_async(&mut connection)
-                .await
-                .map_err(failed("look up a message id"))?;
+            let exists = redis::cmd("EXISTS").arg(self.keys.key(id)).clone();
+            let found: i64 = self.keys.run(&exists, "look up a message id").await?;
             Ok(found > 0)
         })
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
-            let mut command = redis::cmd("SET");
-            command.arg(self.key(id)).arg("1").arg("NX");
+            let mut set = redis::cmd("SET");
+            set.arg(self.keys.key(id)).arg("1").arg("NX");
             if let Some(ttl) = self.ttl {
-                command.arg("PX").arg(millis(ttl));
+                set.arg("PX").arg(millis(ttl));
             }
-            let _: Option<String> = command
-                .query_async(&mut connection)
-                .await
-                .map_err(failed("remember a message id"))?;
+            let _: Option<String> = self.keys.run(&set, "remember a message id").await?;
             Ok(())
         })
     }
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let mut connection = self.connection.clone();
-            let _: i64 = redis::cmd("DEL")
-                .arg(self.key(id))
-                .query_async(&mut connection)
-                .await
-                .map_err(failed("forget a message id"))?;
-            Ok(())
-        })
+        Box::pin(self.keys.delete(id))
     }
 }
 
@@ -177,15 +195,14 @@ const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then retu
 /// ```
 #[derive(Clone)]
 pub struct RedisClaimingStore {
-    connection: ConnectionManager,
-    prefix: String,
+    keys: Keys,
     release: redis::Script,
 }
 
 impl std::fmt::Debug for RedisClaimingStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisClaimingStore")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.keys.prefix)
             .finish_non_exhaustive()
     }
 }
@@ -197,8 +214,10 @@ impl RedisClaimingStore {
     /// A store over an existing connection.
     pub fn new(connection: ConnectionManager) -> Self {
         Self {
-            connection,
-            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            keys: Keys {
+                connection,
+                prefix: Self::DEFAULT_PREFIX.to_owned(),
+            },
             release: redis::Script::new(RELEASE_SCRIPT),
         }
     }
@@ -217,78 +236,57 @@ impl RedisClaimingStore {
     /// # Errors
     /// [`Error::InvalidOption`] for an empty prefix.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Result<Self> {
-        self.prefix = prefix.into();
-        require_name("Redis idempotency key prefix", &self.prefix)?;
+        self.keys.set_prefix(prefix.into())?;
         Ok(self)
-    }
-
-    fn key(&self, id: &str) -> String {
-        format!("{}{id}", self.prefix)
     }
 }
 
 impl IdempotencyStore for RedisClaimingStore {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
-            let value: Option<String> = redis::cmd("GET")
-                .arg(self.key(id))
-                .query_async(&mut connection)
-                .await
-                .map_err(failed("look up a message id"))?;
+            let get = redis::cmd("GET").arg(self.keys.key(id)).clone();
+            let value: Option<String> = self.keys.run(&get, "look up a message id").await?;
             Ok(value.as_deref() == Some(COMMITTED))
         })
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
-            let _: Option<String> = redis::cmd("SET")
-                .arg(self.key(id))
+            let set = redis::cmd("SET")
+                .arg(self.keys.key(id))
                 .arg(COMMITTED)
-                .query_async(&mut connection)
-                .await
-                .map_err(failed("commit a message id"))?;
+                .clone();
+            let _: Option<String> = self.keys.run(&set, "commit a message id").await?;
             Ok(())
         })
     }
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let mut connection = self.connection.clone();
-            let _: i64 = redis::cmd("DEL")
-                .arg(self.key(id))
-                .query_async(&mut connection)
-                .await
-                .map_err(failed("forget a message id"))?;
-            Ok(())
-        })
+        Box::pin(self.keys.delete(id))
     }
 }
 
 impl ClaimingStore for RedisClaimingStore {
     fn claim<'a>(&'a self, id: &'a str, ttl: Duration) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
-            let set: Option<String> = redis::cmd("SET")
-                .arg(self.key(id))
+            let claim = redis::cmd("SET")
+                .arg(self.keys.key(id))
                 .arg(CLAIMED)
                 .arg("NX")
                 .arg("PX")
                 .arg(millis(ttl))
-                .query_async(&mut connection)
-                .await
-                .map_err(failed("claim a message id"))?;
+                .clone();
+            let set: Option<String> = self.keys.run(&claim, "claim a message id").await?;
             Ok(set.is_some())
         })
     }
 
     fn release<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
+            let mut connection = self.keys.connection.clone();
             let _: i64 = self
                 .release
-                .key(self.key(id))
+                .key(self.keys.key(id))
                 .arg(CLAIMED)
                 .invoke_async(&mut connection)
                 .await
