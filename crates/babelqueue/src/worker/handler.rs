@@ -233,4 +233,53 @@ mod tests {
             ("boom", "panic")
         );
     }
+
+    #[tokio::test]
+    async fn a_urn_s_own_idempotency_option_wins_over_the_one_for_all_whenever_set() {
+        use crate::idempotency::{IdempotencyStore, InMemoryStore};
+
+        let (every, own) = (
+            Arc::new(InMemoryStore::new()),
+            Arc::new(InMemoryStore::new()),
+        );
+        let mut registry = Registry::default();
+        registry.idempotent(Some("b".to_owned()), Idempotency::seen_set(own.clone()));
+        registry.insert("a", |_job: Job| async { Ok::<_, &str>(()) });
+        registry.insert("b", |_job: Job| async { Ok::<_, &str>(()) });
+        registry.insert("plain", |_job: Job| async { Ok::<_, &str>(()) });
+        registry.idempotent(None, Idempotency::seen_set(every.clone()));
+        let (a, b) = (job(), job());
+        let id = |job: &Job| job.meta().unwrap().id().unwrap().to_owned();
+        let (a_id, b_id) = (id(&a), id(&b));
+        registry.get("a").unwrap().call(a).await.unwrap();
+        registry.get("b").unwrap().call(b).await.unwrap();
+        assert!(every.seen(&a_id).await.unwrap() && !every.seen(&b_id).await.unwrap());
+        assert!(own.seen(&b_id).await.unwrap() && !own.seen(&a_id).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_answer_hands_the_job_back_without_running_it() {
+        use crate::idempotency::{IdempotencyStore, StoreFuture};
+
+        struct Down;
+        impl IdempotencyStore for Down {
+            fn seen<'a>(&'a self, _: &'a str) -> StoreFuture<'a, bool> {
+                Box::pin(async { Err(crate::Error::Store("down".into())) })
+            }
+            fn remember<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
+                Box::pin(async { Ok(()) })
+            }
+            fn forget<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
+                Box::pin(async { Ok(()) })
+            }
+        }
+        let mut registry = Registry::default();
+        registry.insert("a", |_job: Job| -> std::future::Ready<Result<(), &str>> {
+            panic!("the handler must not be called")
+        });
+        registry.idempotent(None, Idempotency::seen_set(Arc::new(Down)));
+        let failure = registry.get("a").unwrap().call(job()).await.unwrap_err();
+        assert!(failure.hand_back, "{failure:?}");
+        assert_eq!(failure.exception, "IdempotencyStore");
+    }
 }
