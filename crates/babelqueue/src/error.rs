@@ -313,6 +313,19 @@ mod tests {
     }
 
     #[test]
+    fn a_store_that_did_not_answer_is_transient_and_names_its_cause_once() {
+        let error = Error::StoreFailed {
+            store: "postgres",
+            operation: "look up a message id",
+            source: Box::new(std::io::Error::other("connection refused")),
+        };
+        assert!(error.is_transient());
+        let chain = polyq_amqp::error_chain(&error).to_string();
+        assert_eq!(chain.matches("connection refused").count(), 1, "{chain}");
+        assert!(chain.starts_with("idempotency store postgres could not look up a message id"));
+    }
+
+    #[test]
     fn errors_of_the_input_are_not_transient() {
         for error in [
             Error::BlankUrn(String::new()),
