@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Effect, IdempotencyStore, Refusal, StoreFuture, usable};
@@ -66,6 +66,44 @@ pub async fn run_claimed<T, E>(
     max_wait: Duration,
     handler: impl Future<Output = std::result::Result<T, E>>,
 ) -> std::result::Result<Effect<T>, Refusal<E>> {
+    claimed(store, None, meta_id, claim_ttl, max_wait, handler).await
+}
+
+/// Releases a won claim when the handler's future is dropped before it finished (a stop that
+/// could not wait for it), so the redelivery does not wait out the claim's TTL.
+struct Abandoned {
+    store: Arc<dyn ClaimingStore>,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, id) = (self.store.clone(), std::mem::take(&mut self.id));
+        runtime.spawn(async move {
+            if let Err(error) = store.release(&id).await {
+                tracing::warn!(meta_id = %id, error = %polyq_amqp::error_chain(&error), "could not release the claim of an interrupted handler; a redelivery waits until the claim expires");
+            }
+        });
+    }
+}
+
+/// [`run_claimed`], and with `owned` (the same store) the claim is also released when the
+/// future is dropped while the handler runs.
+pub(super) async fn claimed<T, E>(
+    store: &dyn ClaimingStore,
+    owned: Option<&Arc<dyn ClaimingStore>>,
+    meta_id: Option<&str>,
+    claim_ttl: Duration,
+    max_wait: Duration,
+    handler: impl Future<Output = std::result::Result<T, E>>,
+) -> std::result::Result<Effect<T>, Refusal<E>> {
     let Some(id) = usable(meta_id) else {
         return handler.await.map(Effect::Ran).map_err(Refusal::Handler);
     };
@@ -88,7 +126,16 @@ pub async fn run_claimed<T, E>(
         tokio::time::sleep(pause.min(left)).await;
         pause = (pause * 2).min(Duration::from_millis(500));
     }
-    match handler.await {
+    let mut abandoned = owned.map(|store| Abandoned {
+        store: store.clone(),
+        id: id.to_owned(),
+        armed: true,
+    });
+    let handled = handler.await;
+    if let Some(abandoned) = abandoned.as_mut() {
+        abandoned.armed = false;
+    }
+    match handled {
         Ok(value) => {
             super::record_success(store, Some(id)).await;
             Ok(Effect::Ran(value))
@@ -249,5 +296,35 @@ mod tests {
         assert!(store.claim("a", Duration::ZERO).await.unwrap());
         assert!(store.claim("a", TTL).await.unwrap());
         assert!(!store.claim("a", TTL).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_handler_dropped_mid_run_releases_its_claim() {
+        let store: Arc<dyn ClaimingStore> = Arc::new(InMemoryClaimingStore::new());
+        let (started, running) = tokio::sync::oneshot::channel();
+        let task = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                claimed(store.as_ref(), Some(&store), Some("a"), TTL, WAIT, async {
+                    started.send(()).unwrap();
+                    std::future::pending::<Result<(), String>>().await
+                })
+                .await
+            })
+        };
+        running.await.unwrap();
+        assert!(!store.claim("a", TTL).await.unwrap(), "held while it runs");
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        // The release runs on a task of its own; it is done by the time that task yields back.
+        let mut released = false;
+        for _ in 0..100 {
+            if store.claim("a", TTL).await.unwrap() {
+                released = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(released, "the interrupted handler's claim was released");
     }
 }

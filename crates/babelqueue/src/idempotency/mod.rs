@@ -281,7 +281,17 @@ impl Idempotency {
                 store,
                 claim_ttl,
                 max_wait,
-            } => run_claimed(store.as_ref(), meta_id, *claim_ttl, *max_wait, handler).await,
+            } => {
+                claiming::claimed(
+                    store.as_ref(),
+                    Some(store),
+                    meta_id,
+                    *claim_ttl,
+                    *max_wait,
+                    handler,
+                )
+                .await
+            }
         }
     }
 }
