@@ -48,7 +48,8 @@
 //!   gates.
 //! - [`inspect`]: the operator's view of a job, the consumer verdict beside the envelope and
 //!   its `dead_letter` block, as `polyq babel decode` prints it.
-//! - The optional helpers: [`idempotency`] (dedupe on `meta.id`), [`schema`] (payload schemas
+//! - The optional helpers: [`idempotency`] (dedupe on `meta.id`, a worker option, with
+//!   in-memory, Redis and PostgreSQL stores), [`schema`] (payload schemas
 //!   per URN), [`urn`] (the recommended URN form, a lint).
 //!
 //! ## The transports: where bytes meet each broker
