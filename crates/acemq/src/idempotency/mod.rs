@@ -90,6 +90,25 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn purge_expired(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
 }
 
+/// One store shared by several consumers (or by the application and a consumer) as an `Arc`.
+impl<S: IdempotencyStore + ?Sized> IdempotencyStore for Arc<S> {
+    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ClaimResult, StoreError>> {
+        (**self).claim(key)
+    }
+
+    fn confirm<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).confirm(key)
+    }
+
+    fn release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).release(key)
+    }
+
+    fn purge_expired(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        (**self).purge_expired()
+    }
+}
+
 /// A store that could not do what was asked.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -1,0 +1,513 @@
+//! The idempotent consumer on every store (in memory, PostgreSQL, Redis) and both brokers: a
+//! message delivered twice does its work once; a message another instance holds a live claim
+//! on is republished unchanged until the lease expires and then handled; a store that cannot be
+//! reached fails the delivery into the retry path, never acknowledging it. And the PostgreSQL
+//! table in the Java port's layout, read and written as the Java store does.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use acemq::idempotency::postgres::PostgresIdempotencyStore;
+use acemq::idempotency::redis::RedisIdempotencyStore;
+use acemq::idempotency::{ClaimResult, IdempotencyStore, InMemoryIdempotencyStore, StoreError};
+use acemq::retry::RetryPolicy;
+use acemq::{Envelope, Message};
+use common::{Env, LIMIT};
+use futures_util::future::BoxFuture;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    InMemory,
+    Postgres,
+    Redis,
+}
+
+/// One shared store for a test: a unique PostgreSQL table or Redis prefix, removed afterwards.
+struct Backing {
+    kind: Kind,
+    memory: InMemoryIdempotencyStore,
+    pool: Option<PgPool>,
+    table: String,
+    prefix: String,
+}
+
+fn unique_identifier() -> String {
+    polyq_testkit::unique_name("acemq_idem").replace('.', "_")
+}
+
+impl Backing {
+    async fn new(kind: Kind) -> Self {
+        let table = unique_identifier();
+        let pool = match kind {
+            Kind::Postgres => Some(
+                PgPool::connect(&polyq_testkit::postgres_url())
+                    .await
+                    .expect("connect to PostgreSQL"),
+            ),
+            _ => None,
+        };
+        Self {
+            kind,
+            memory: InMemoryIdempotencyStore::new(),
+            pool,
+            prefix: format!("{table}:"),
+            table,
+        }
+    }
+
+    /// Another instance on the same keys, with its own identity (in memory: the same store,
+    /// which one process shares).
+    async fn instance(&self, claim_timeout: Duration) -> Arc<dyn IdempotencyStore> {
+        match self.kind {
+            Kind::InMemory => Arc::new(self.memory.clone().claim_timeout(claim_timeout)),
+            Kind::Postgres => {
+                let store = PostgresIdempotencyStore::new(self.pool.clone().unwrap())
+                    .table(&self.table)
+                    .unwrap()
+                    .claim_timeout(claim_timeout);
+                store.migrate().await.expect("migrate");
+                Arc::new(store)
+            }
+            Kind::Redis => Arc::new(
+                RedisIdempotencyStore::connect(&polyq_testkit::redis_url())
+                    .await
+                    .expect("connect to Redis")
+                    .prefix(&self.prefix)
+                    .unwrap()
+                    .claim_timeout(claim_timeout),
+            ),
+        }
+    }
+
+    async fn remove(&self) {
+        match self.kind {
+            Kind::InMemory => {}
+            Kind::Postgres => {
+                sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {}", self.table))
+                    .execute(self.pool.as_ref().unwrap())
+                    .await
+                    .expect("drop the test table");
+            }
+            Kind::Redis => {
+                let client = redis::Client::open(polyq_testkit::redis_url()).unwrap();
+                let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("{}*", self.prefix))
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                if !keys.is_empty() {
+                    let () = redis::cmd("DEL")
+                        .arg(keys)
+                        .query_async(&mut connection)
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// A store that reports what each claim found.
+struct Observed {
+    inner: Arc<dyn IdempotencyStore>,
+    claims: mpsc::UnboundedSender<ClaimResult>,
+}
+
+impl IdempotencyStore for Observed {
+    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ClaimResult, StoreError>> {
+        Box::pin(async move {
+            let found = self.inner.claim(key).await?;
+            self.claims.send(found).ok();
+            Ok(found)
+        })
+    }
+
+    fn confirm<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.confirm(key)
+    }
+
+    fn release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release(key)
+    }
+
+    fn purge_expired(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.inner.purge_expired()
+    }
+}
+
+async fn next<T>(receiver: &mut mpsc::UnboundedReceiver<T>, what: &str) -> T {
+    tokio::time::timeout(LIMIT, receiver.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen in time"))
+        .expect("sender open")
+}
+
+/// Runs `body` with a fresh backing of `kind`, removing it afterwards even when it fails.
+async fn with_backing<F, Fut>(kind: Kind, body: F)
+where
+    F: FnOnce(Arc<Backing>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use futures_util::FutureExt as _;
+    let backing = Arc::new(Backing::new(kind).await);
+    let outcome = std::panic::AssertUnwindSafe(body(Arc::clone(&backing)))
+        .catch_unwind()
+        .await;
+    backing.remove().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// `each_store!(name)` runs `async fn name(env, kind)` on both brokers with every store.
+macro_rules! each_store {
+    ($name:ident) => {
+        mod $name {
+            use super::Kind;
+
+            async fn on(url: String, kind: Kind) {
+                crate::common::run(url, move |env| super::$name(env, kind)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory_broker_in_memory_store() {
+                on(crate::common::memory_url(), Kind::InMemory).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory_broker_postgres_store() {
+                on(crate::common::memory_url(), Kind::Postgres).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory_broker_redis_store() {
+                on(crate::common::memory_url(), Kind::Redis).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rabbitmq_in_memory_store() {
+                on(polyq_testkit::amqp_url(), Kind::InMemory).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rabbitmq_postgres_store() {
+                on(polyq_testkit::amqp_url(), Kind::Postgres).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rabbitmq_redis_store() {
+                on(polyq_testkit::amqp_url(), Kind::Redis).await;
+            }
+        }
+    };
+}
+
+async fn two_consumers_do_the_work_of_a_duplicate_once(env: &'static Env, kind: Kind) {
+    with_backing(kind, |backing| async move {
+        let queue = env.queue("idem-twice").await;
+        let effects = Arc::new(AtomicUsize::new(0));
+        let (claims, mut claimed) = mpsc::unbounded_channel();
+        let (done, mut handled) = mpsc::unbounded_channel();
+        let mut consumers = Vec::new();
+        for _ in 0..2 {
+            let store = Observed {
+                inner: backing.instance(Duration::from_secs(60)).await,
+                claims: claims.clone(),
+            };
+            let effects = Arc::clone(&effects);
+            let done = done.clone();
+            let consumer = env
+                .mq
+                .consumer::<u32>(queue.as_str())
+                .idempotent(store)
+                .start(move |message: Message<u32>| {
+                    let effects = Arc::clone(&effects);
+                    let done = done.clone();
+                    async move {
+                        effects.fetch_add(1, Ordering::SeqCst);
+                        done.send(message.envelope().id().to_owned()).ok();
+                    }
+                })
+                .await
+                .unwrap();
+            consumers.push(consumer);
+        }
+        let publisher = env.mq.publisher::<u32>("", queue.as_str());
+        let envelope = || Envelope::of("charge").id("charge-1").build().unwrap();
+        publisher.send_with(&7, envelope()).await.unwrap();
+        publisher.send_with(&7, envelope()).await.unwrap();
+
+        assert_eq!(next(&mut handled, "the first delivery").await, "charge-1");
+        // The second copy ends as a duplicate, possibly after being found in progress.
+        let mut found = Vec::new();
+        while !found.contains(&ClaimResult::AlreadyConfirmed) {
+            found.push(next(&mut claimed, "the claim of the second copy").await);
+        }
+        for consumer in consumers {
+            assert!(consumer.drain(LIMIT).await.is_clean());
+        }
+        assert_eq!(
+            effects.load(Ordering::SeqCst),
+            1,
+            "the side effect happened once"
+        );
+        while let Ok(more) = claimed.try_recv() {
+            found.push(more);
+        }
+        assert_eq!(
+            found.iter().filter(|f| **f == ClaimResult::Claimed).count(),
+            1,
+            "claims: {found:?}"
+        );
+        assert_eq!(env.count(&queue).await, 0);
+        assert_eq!(env.count(&format!("{queue}.dlq")).await, 0);
+    })
+    .await;
+}
+each_store!(two_consumers_do_the_work_of_a_duplicate_once);
+
+async fn a_live_claim_elsewhere_republishes_until_its_lease_expires(env: &'static Env, kind: Kind) {
+    with_backing(kind, |backing| async move {
+        let queue = env.queue("idem-held").await;
+        // Another instance claimed the message and then stopped (crashed): nothing confirms
+        // or releases its claim, which holds for its lease.
+        let crashed = backing.instance(Duration::from_secs(4)).await;
+        assert_eq!(crashed.claim("held-1").await.unwrap(), ClaimResult::Claimed);
+
+        let (claims, mut claimed) = mpsc::unbounded_channel();
+        let store = Observed {
+            inner: backing.instance(Duration::from_secs(60)).await,
+            claims,
+        };
+        let (done, mut handled) = mpsc::unbounded_channel();
+        let consumer = env
+            .mq
+            .consumer::<u32>(queue.as_str())
+            .retry(RetryPolicy::fixed(3, Duration::from_millis(10)).unwrap())
+            .idempotent(store)
+            .start(move |message: Message<u32>| {
+                let done = done.clone();
+                async move {
+                    let envelope = message.envelope();
+                    done.send((
+                        envelope.id().to_owned(),
+                        envelope.attempt(),
+                        message.redelivered(),
+                        *message.payload(),
+                    ))
+                    .ok();
+                }
+            })
+            .await
+            .unwrap();
+        let sent = env
+            .mq
+            .publisher::<u32>("", queue.as_str())
+            .send_with(&9, Envelope::of("held").id("held-1").build().unwrap())
+            .await
+            .unwrap();
+
+        assert_eq!(
+            next(&mut claimed, "the first claim").await,
+            ClaimResult::InProgress,
+            "the crashed instance's lease is live"
+        );
+        let (id, attempt, redelivered, payload) = next(&mut handled, "the handler").await;
+        assert_eq!((id.as_str(), payload), (sent.id(), 9));
+        assert_eq!(attempt, 1, "waiting for a lease consumes no attempt");
+        assert!(!redelivered, "republished, never requeued");
+        let mut found = Vec::new();
+        while let Ok(more) = claimed.try_recv() {
+            found.push(more);
+        }
+        assert_eq!(
+            found.last(),
+            Some(&ClaimResult::Claimed),
+            "claims: {found:?}"
+        );
+        assert!(consumer.drain(LIMIT).await.is_clean());
+        assert_eq!(env.count(&queue).await, 0);
+        assert_eq!(
+            env.count(&format!("{queue}.dlq")).await,
+            0,
+            "never dead-lettered for it"
+        );
+        assert!(handled.try_recv().is_err(), "handled once");
+    })
+    .await;
+}
+each_store!(a_live_claim_elsewhere_republishes_until_its_lease_expires);
+
+async fn an_unreachable_store_fails_the_delivery_into_the_retry_path(env: &'static Env) {
+    let queue = env.queue("idem-down").await;
+    // Nothing listens on port 1: every claim fails to connect.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("postgres://postgres@127.0.0.1:1/test")
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&ran);
+    let consumer = env
+        .mq
+        .consumer::<u32>(queue.as_str())
+        .retry(RetryPolicy::fixed(2, Duration::from_millis(10)).unwrap())
+        .idempotent(PostgresIdempotencyStore::new(pool))
+        .start(move |_: Message<u32>| {
+            let counted = Arc::clone(&counted);
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .await
+        .unwrap();
+    let sent = env
+        .mq
+        .publisher::<u32>("", queue.as_str())
+        .send(&3)
+        .await
+        .unwrap();
+
+    let dead = env.next_in(&format!("{queue}.dlq")).await;
+    let envelope = Envelope::from_properties(&dead.properties, &dead.routing_key);
+    assert_eq!((envelope.id(), envelope.attempt()), (sent.id(), 2));
+    let error = envelope.error().expect("x-acemq-error");
+    assert!(
+        error.starts_with(
+            "exhausted 2 attempts: StoreError: the postgres idempotency store could not claim key"
+        ),
+        "{error}"
+    );
+    assert!(consumer.drain(LIMIT).await.is_clean());
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "the handler never ran without a claim"
+    );
+    assert_eq!(env.count(&queue).await, 0);
+}
+both!(an_unreachable_store_fails_the_delivery_into_the_retry_path);
+
+#[tokio::test]
+async fn the_postgres_table_is_shared_with_the_java_layout() {
+    with_backing(Kind::Postgres, |backing| async move {
+        let pool = backing.pool.clone().unwrap();
+        let store = backing.instance(Duration::from_secs(60)).await;
+        let table = &backing.table;
+
+        // A row as the Java port's JdbcIdempotencyStore confirms it.
+        sqlx::query(&format!(
+            "INSERT INTO {table} (message_id, state, claimed_by, recorded_at, expires_at) \
+             VALUES ($1, 'CONFIRMED', NULL, now(), now() + interval '1 hour')"
+        ))
+        .bind("java-done")
+        .execute(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            store.claim("java-done").await.unwrap(),
+            ClaimResult::AlreadyConfirmed
+        );
+
+        // A live Java claim, and one whose lease ran out (its holder crashed).
+        for (id, expires) in [("java-live", "1 hour"), ("java-crashed", "-1 second")] {
+            sqlx::query(&format!(
+                "INSERT INTO {table} (message_id, state, claimed_by, recorded_at, expires_at) \
+                 VALUES ($1, 'CLAIMED', 'a-java-node', now(), now() + interval '{expires}')"
+            ))
+            .bind(id)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        assert_eq!(
+            store.claim("java-live").await.unwrap(),
+            ClaimResult::InProgress
+        );
+        store.release("java-live").await.unwrap();
+        assert_eq!(
+            store.claim("java-live").await.unwrap(),
+            ClaimResult::InProgress,
+            "a release never gives up another instance's claim"
+        );
+        assert_eq!(
+            store.claim("java-crashed").await.unwrap(),
+            ClaimResult::Claimed
+        );
+
+        // What this store writes, as the Java store reads it.
+        store.confirm("java-crashed").await.unwrap();
+        let (state, holder, live): (String, Option<String>, bool) = sqlx::query_as(&format!(
+            "SELECT state, claimed_by, expires_at > now() FROM {table} WHERE message_id = $1"
+        ))
+        .bind("java-crashed")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!((state.as_str(), holder, live), ("CONFIRMED", None, true));
+
+        assert_eq!(store.claim("rust-1").await.unwrap(), ClaimResult::Claimed);
+        let (state, holder): (String, Option<String>) = sqlx::query_as(&format!(
+            "SELECT state, claimed_by FROM {table} WHERE message_id = $1"
+        ))
+        .bind("rust-1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(state, "CLAIMED");
+        assert!(holder.is_some_and(|h| h.len() <= 64));
+        store.release("rust-1").await.unwrap();
+        assert_eq!(store.claim("rust-1").await.unwrap(), ClaimResult::Claimed);
+
+        // purge_expired removes only rows past their deadline.
+        sqlx::query(&format!(
+            "UPDATE {table} SET expires_at = now() - interval '1 second' WHERE message_id = $1"
+        ))
+        .bind("java-done")
+        .execute(&pool)
+        .await
+        .unwrap();
+        assert_eq!(store.purge_expired().await.unwrap(), 1);
+        assert_eq!(
+            store.claim("java-done").await.unwrap(),
+            ClaimResult::Claimed
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_redis_claim_expires_with_its_lease() {
+    with_backing(Kind::Redis, |backing| async move {
+        let first = backing.instance(Duration::from_millis(200)).await;
+        let second = backing.instance(Duration::from_secs(60)).await;
+        assert_eq!(first.claim("r-1").await.unwrap(), ClaimResult::Claimed);
+        assert_eq!(second.claim("r-1").await.unwrap(), ClaimResult::InProgress);
+        second.release("r-1").await.unwrap();
+        assert_eq!(
+            second.claim("r-1").await.unwrap(),
+            ClaimResult::InProgress,
+            "a release never gives up another instance's claim"
+        );
+        // The lease is Redis's own expiry; waiting it out is the behaviour under test.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(second.claim("r-1").await.unwrap(), ClaimResult::Claimed);
+        second.confirm("r-1").await.unwrap();
+        first.release("r-1").await.unwrap();
+        assert_eq!(
+            first.claim("r-1").await.unwrap(),
+            ClaimResult::AlreadyConfirmed
+        );
+        assert_eq!(
+            first.purge_expired().await.unwrap(),
+            0,
+            "Redis expires keys itself"
+        );
+    })
+    .await;
+}
