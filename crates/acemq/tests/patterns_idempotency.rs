@@ -2,7 +2,8 @@
 //! message delivered twice does its work once; a message another instance holds a live claim
 //! on is republished unchanged until the lease expires and then handled; a store that cannot be
 //! reached fails the delivery into the retry path, never acknowledging it. And the PostgreSQL
-//! table in the Java port's layout, read and written as the Java store does.
+//! table in the Java port's layout, read and written as the Java store does; and a pipeline
+//! step with the same option.
 
 mod common;
 
@@ -13,10 +14,13 @@ use std::time::Duration;
 use acemq::idempotency::postgres::PostgresIdempotencyStore;
 use acemq::idempotency::redis::RedisIdempotencyStore;
 use acemq::idempotency::{ClaimResult, IdempotencyStore, InMemoryIdempotencyStore, StoreError};
+use acemq::patterns::pipeline::Pipeline;
 use acemq::retry::RetryPolicy;
 use acemq::{Envelope, Message};
 use common::{Env, LIMIT};
 use futures_util::future::BoxFuture;
+use polyq_amqp::{FieldValue, QueueSpec};
+use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 
@@ -511,3 +515,55 @@ async fn a_redis_claim_expires_with_its_lease() {
     })
     .await;
 }
+
+async fn a_pipeline_step_is_idempotent_too(env: &'static Env) {
+    let name = polyq_testkit::unique_name("acemq.pl.idem");
+    let pipeline = Pipeline::new(&env.mq, &name, ["charge"]).unwrap();
+    env.declare(
+        QueueSpec::new(pipeline.queue_of("charge"))
+            .argument("x-queue-type", FieldValue::from("quorum")),
+    )
+    .await;
+    pipeline.declare().await.unwrap();
+    let (claims, mut claimed) = mpsc::unbounded_channel();
+    let store = Observed {
+        inner: Arc::new(InMemoryIdempotencyStore::new()),
+        claims,
+    };
+    let charges = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&charges);
+    let step = pipeline
+        .step(
+            "charge",
+            |c| c.idempotent(store),
+            move |_: Message<Value>| {
+                let counted = Arc::clone(&counted);
+                async move {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, std::convert::Infallible>(Some(json!("charged")))
+                }
+            },
+        )
+        .await
+        .unwrap();
+    let sent = pipeline.start(&json!(12)).await.unwrap();
+    assert_eq!(
+        next(&mut claimed, "the run's claim").await,
+        ClaimResult::Claimed
+    );
+    // The same hop again, as a producer's retry would publish it.
+    env.mq
+        .publisher::<Value>("", pipeline.queue_of("charge").as_str())
+        .send_with(&json!(12), sent)
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut claimed, "the duplicate's claim").await,
+        ClaimResult::AlreadyConfirmed
+    );
+    assert!(step.drain(LIMIT).await.is_clean());
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+    assert_eq!(pipeline.completed(), 1, "the duplicate is no second run");
+    env.client().delete_exchange(pipeline.name()).await.unwrap();
+}
+both!(a_pipeline_step_is_idempotent_too);
