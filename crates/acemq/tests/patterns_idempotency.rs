@@ -6,144 +6,23 @@
 //! step with the same option.
 
 mod common;
+#[path = "common/stores.rs"]
+mod stores;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use acemq::idempotency::postgres::PostgresIdempotencyStore;
-use acemq::idempotency::redis::RedisIdempotencyStore;
-use acemq::idempotency::{ClaimResult, IdempotencyStore, InMemoryIdempotencyStore, StoreError};
+use acemq::idempotency::{ClaimResult, IdempotencyStore, InMemoryIdempotencyStore};
 use acemq::patterns::pipeline::Pipeline;
 use acemq::retry::RetryPolicy;
 use acemq::{Envelope, Message};
 use common::{Env, LIMIT};
-use futures_util::future::BoxFuture;
 use polyq_amqp::{FieldValue, QueueSpec};
 use serde_json::{Value, json};
-use sqlx::PgPool;
+use stores::{Kind, Observed, with_backing};
 use tokio::sync::mpsc;
-
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    InMemory,
-    Postgres,
-    Redis,
-}
-
-/// One shared store for a test: a unique PostgreSQL table or Redis prefix, removed afterwards.
-struct Backing {
-    kind: Kind,
-    memory: InMemoryIdempotencyStore,
-    pool: Option<PgPool>,
-    table: String,
-    prefix: String,
-}
-
-fn unique_identifier() -> String {
-    polyq_testkit::unique_name("acemq_idem").replace('.', "_")
-}
-
-impl Backing {
-    async fn new(kind: Kind) -> Self {
-        let table = unique_identifier();
-        let pool = match kind {
-            Kind::Postgres => Some(
-                PgPool::connect(&polyq_testkit::postgres_url())
-                    .await
-                    .expect("connect to PostgreSQL"),
-            ),
-            _ => None,
-        };
-        Self {
-            kind,
-            memory: InMemoryIdempotencyStore::new(),
-            pool,
-            prefix: format!("{table}:"),
-            table,
-        }
-    }
-
-    /// Another instance on the same keys, with its own identity (in memory: the same store,
-    /// which one process shares).
-    async fn instance(&self, claim_timeout: Duration) -> Arc<dyn IdempotencyStore> {
-        match self.kind {
-            Kind::InMemory => Arc::new(self.memory.clone().claim_timeout(claim_timeout)),
-            Kind::Postgres => {
-                let store = PostgresIdempotencyStore::new(self.pool.clone().unwrap())
-                    .table(&self.table)
-                    .unwrap()
-                    .claim_timeout(claim_timeout);
-                store.migrate().await.expect("migrate");
-                Arc::new(store)
-            }
-            Kind::Redis => Arc::new(
-                RedisIdempotencyStore::connect(&polyq_testkit::redis_url())
-                    .await
-                    .expect("connect to Redis")
-                    .prefix(&self.prefix)
-                    .unwrap()
-                    .claim_timeout(claim_timeout),
-            ),
-        }
-    }
-
-    async fn remove(&self) {
-        match self.kind {
-            Kind::InMemory => {}
-            Kind::Postgres => {
-                sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {}", self.table))
-                    .execute(self.pool.as_ref().unwrap())
-                    .await
-                    .expect("drop the test table");
-            }
-            Kind::Redis => {
-                let client = redis::Client::open(polyq_testkit::redis_url()).unwrap();
-                let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(format!("{}*", self.prefix))
-                    .query_async(&mut connection)
-                    .await
-                    .unwrap();
-                if !keys.is_empty() {
-                    let () = redis::cmd("DEL")
-                        .arg(keys)
-                        .query_async(&mut connection)
-                        .await
-                        .unwrap();
-                }
-            }
-        }
-    }
-}
-
-/// A store that reports what each claim found.
-struct Observed {
-    inner: Arc<dyn IdempotencyStore>,
-    claims: mpsc::UnboundedSender<ClaimResult>,
-}
-
-impl IdempotencyStore for Observed {
-    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ClaimResult, StoreError>> {
-        Box::pin(async move {
-            let found = self.inner.claim(key).await?;
-            self.claims.send(found).ok();
-            Ok(found)
-        })
-    }
-
-    fn confirm<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.confirm(key)
-    }
-
-    fn release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.release(key)
-    }
-
-    fn purge_expired(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        self.inner.purge_expired()
-    }
-}
 
 async fn next<T>(receiver: &mut mpsc::UnboundedReceiver<T>, what: &str) -> T {
     tokio::time::timeout(LIMIT, receiver.recv())
@@ -152,28 +31,11 @@ async fn next<T>(receiver: &mut mpsc::UnboundedReceiver<T>, what: &str) -> T {
         .expect("sender open")
 }
 
-/// Runs `body` with a fresh backing of `kind`, removing it afterwards even when it fails.
-async fn with_backing<F, Fut>(kind: Kind, body: F)
-where
-    F: FnOnce(Arc<Backing>) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    use futures_util::FutureExt as _;
-    let backing = Arc::new(Backing::new(kind).await);
-    let outcome = std::panic::AssertUnwindSafe(body(Arc::clone(&backing)))
-        .catch_unwind()
-        .await;
-    backing.remove().await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-}
-
 /// `each_store!(name)` runs `async fn name(env, kind)` on both brokers with every store.
 macro_rules! each_store {
     ($name:ident) => {
         mod $name {
-            use super::Kind;
+            use crate::stores::Kind;
 
             async fn on(url: String, kind: Kind) {
                 crate::common::run(url, move |env| super::$name(env, kind)).await;
