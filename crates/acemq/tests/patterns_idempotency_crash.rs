@@ -10,7 +10,6 @@ mod common;
 #[path = "common/stores.rs"]
 mod stores;
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,6 @@ use acemq::{AceMq, Envelope, Message};
 use common::LIMIT;
 use polyq_amqp::QueueSpec;
 use stores::{Backing, Kind, Observed, with_backing};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
 const QUEUE_VAR: &str = "ACEMQ_IDEMPOTENCY_CRASH_QUEUE";
@@ -46,26 +44,16 @@ async fn kill_9_mid_handler_leaves_a_claim_that_expires(kind: Kind) {
             .await
             .unwrap();
 
-        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "child_consumer", "--nocapture"])
-            .env(QUEUE_VAR, &queue)
-            .env(STORE_VAR, format!("{kind:?}"))
-            .env(TABLE_VAR, &backing.table)
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the test binary runs again as the consumer");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let started = tokio::time::timeout(LIMIT, async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(id) = line.strip_prefix(STARTED) {
-                    return id.to_owned();
-                }
-            }
-            panic!("the consumer process ended before its handler started");
-        })
-        .await
-        .expect("the consumer process claimed and started the message in time");
+        let kind_name = format!("{kind:?}");
+        let (mut child, started) = common::spawn_child_consumer(
+            &[
+                (QUEUE_VAR, queue.as_str()),
+                (STORE_VAR, kind_name.as_str()),
+                (TABLE_VAR, backing.table.as_str()),
+            ],
+            STARTED,
+        )
+        .await;
         assert_eq!(started, sent.id());
         child.start_kill().expect("SIGKILL");
         assert!(!child.wait().await.unwrap().success());

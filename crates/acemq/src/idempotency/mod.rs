@@ -34,11 +34,6 @@ use futures_util::future::BoxFuture;
 use crate::Envelope;
 use crate::runtime::interceptor::BoxError;
 
-#[cfg(feature = "postgres")]
-pub mod postgres;
-#[cfg(feature = "redis")]
-pub mod redis;
-
 /// How long a claim nobody confirmed stays its holder's, by default: long enough for a slow
 /// handler, short enough that a crash is not a permanent stall (as in every AceMQ port).
 pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -48,6 +43,48 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How long a consumer waits before republishing a message another instance is working on.
 pub const IN_PROGRESS_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a store's claims and confirmations hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lease {
+    pub(crate) claim_timeout: Duration,
+    pub(crate) retention: Duration,
+}
+
+impl Default for Lease {
+    fn default() -> Self {
+        Self {
+            claim_timeout: DEFAULT_CLAIM_TIMEOUT,
+            retention: DEFAULT_RETENTION,
+        }
+    }
+}
+
+/// The `claim_timeout` and `retention` setters every store has, on a `lease: Lease` field.
+/// Defined before the store modules, which see it by textual scope.
+macro_rules! lease_setters {
+    () => {
+        /// How long a claim nobody confirmed stays its holder's (at least 1 ms). Default
+        /// [`DEFAULT_CLAIM_TIMEOUT`](crate::idempotency::DEFAULT_CLAIM_TIMEOUT); it must
+        /// exceed the slowest handler, or a second consumer takes the message over while the
+        /// first still works on it.
+        pub fn claim_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.lease.claim_timeout = timeout.max(std::time::Duration::from_millis(1));
+            self
+        }
+
+        /// How long a confirmation is remembered (at least 1 ms). Default
+        /// [`DEFAULT_RETENTION`](crate::idempotency::DEFAULT_RETENTION).
+        pub fn retention(mut self, retention: std::time::Duration) -> Self {
+            self.lease.retention = retention.max(std::time::Duration::from_millis(1));
+            self
+        }
+    };
+}
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 /// The state of a claimed row, as the Java port's table spells it.
 pub(crate) const CLAIMED: &str = "CLAIMED";
@@ -171,8 +208,7 @@ pub(crate) fn node_id() -> String {
 pub struct InMemoryIdempotencyStore {
     rows: Arc<Mutex<HashMap<String, Row>>>,
     node: Arc<str>,
-    claim_timeout: Duration,
-    retention: Duration,
+    lease: Lease,
 }
 
 struct Row {
@@ -184,8 +220,7 @@ struct Row {
 impl std::fmt::Debug for InMemoryIdempotencyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InMemoryIdempotencyStore")
-            .field("claim_timeout", &self.claim_timeout)
-            .field("retention", &self.retention)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -202,24 +237,11 @@ impl InMemoryIdempotencyStore {
         Self {
             rows: Arc::default(),
             node: Arc::from(node_id()),
-            claim_timeout: DEFAULT_CLAIM_TIMEOUT,
-            retention: DEFAULT_RETENTION,
+            lease: Lease::default(),
         }
     }
 
-    /// How long a claim nobody confirmed stays its holder's (at least 1 ms). Default
-    /// [`DEFAULT_CLAIM_TIMEOUT`]; it must exceed the slowest handler, or a second consumer
-    /// takes the message over while the first still works on it.
-    pub fn claim_timeout(mut self, timeout: Duration) -> Self {
-        self.claim_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// How long a confirmation is remembered (at least 1 ms). Default [`DEFAULT_RETENTION`].
-    pub fn retention(mut self, retention: Duration) -> Self {
-        self.retention = retention.max(Duration::from_millis(1));
-        self
-    }
+    lease_setters!();
 
     /// Rows held now, expired ones included.
     pub fn len(&self) -> usize {
@@ -256,7 +278,7 @@ impl InMemoryIdempotencyStore {
                     Row {
                         confirmed: false,
                         holder: Some(Arc::clone(&self.node)),
-                        expires_at: now + self.claim_timeout,
+                        expires_at: now + self.lease.claim_timeout,
                     },
                 );
                 ClaimResult::Claimed
@@ -277,7 +299,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
                 Row {
                     confirmed: true,
                     holder: None,
-                    expires_at: Instant::now() + self.retention,
+                    expires_at: Instant::now() + self.lease.retention,
                 },
             );
             Ok(())

@@ -8,15 +8,11 @@
 //! Times are the database's clock (`now()`), so instances with skewed clocks agree on leases.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use sqlx::{PgPool, Row};
 
-use super::{
-    CLAIMED, CONFIRMED, ClaimResult, DEFAULT_CLAIM_TIMEOUT, DEFAULT_RETENTION, IdempotencyStore,
-    StoreError, node_id,
-};
+use super::{CLAIMED, CONFIRMED, ClaimResult, IdempotencyStore, Lease, StoreError, node_id};
 
 /// The table a store uses unless told otherwise, as in the Java, Go, Python and .NET ports.
 pub const DEFAULT_TABLE: &str = "acemq_idempotency";
@@ -47,8 +43,7 @@ pub struct PostgresIdempotencyStore {
     table: Arc<str>,
     statements: Arc<Statements>,
     node: Arc<str>,
-    claim_timeout: Duration,
-    retention: Duration,
+    lease: Lease,
 }
 
 struct Statements {
@@ -93,8 +88,7 @@ impl std::fmt::Debug for PostgresIdempotencyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresIdempotencyStore")
             .field("table", &self.table)
-            .field("claim_timeout", &self.claim_timeout)
-            .field("retention", &self.retention)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -107,8 +101,7 @@ impl PostgresIdempotencyStore {
             table: Arc::from(DEFAULT_TABLE),
             statements: Arc::new(Statements::for_table(DEFAULT_TABLE)),
             node: Arc::from(node_id()),
-            claim_timeout: DEFAULT_CLAIM_TIMEOUT,
-            retention: DEFAULT_RETENTION,
+            lease: Lease::default(),
         }
     }
 
@@ -126,18 +119,7 @@ impl PostgresIdempotencyStore {
         Ok(self)
     }
 
-    /// How long a claim nobody confirmed stays its holder's (at least 1 ms). Default
-    /// [`DEFAULT_CLAIM_TIMEOUT`]; it must exceed the slowest handler.
-    pub fn claim_timeout(mut self, timeout: Duration) -> Self {
-        self.claim_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// How long a confirmation is remembered (at least 1 ms). Default [`DEFAULT_RETENTION`].
-    pub fn retention(mut self, retention: Duration) -> Self {
-        self.retention = retention.max(Duration::from_millis(1));
-        self
-    }
+    lease_setters!();
 
     /// The table's name.
     pub fn table_name(&self) -> &str {
@@ -176,7 +158,7 @@ impl PostgresIdempotencyStore {
         let won = sqlx::query(&self.statements.claim)
             .bind(key)
             .bind(&*self.node)
-            .bind(self.claim_timeout.as_secs_f64())
+            .bind(self.lease.claim_timeout.as_secs_f64())
             .fetch_optional(&self.pool)
             .await
             .map_err(failed)?;
@@ -239,7 +221,7 @@ impl IdempotencyStore for PostgresIdempotencyStore {
         Box::pin(async move {
             sqlx::query(&self.statements.confirm)
                 .bind(key)
-                .bind(self.retention.as_secs_f64())
+                .bind(self.lease.retention.as_secs_f64())
                 .execute(&self.pool)
                 .await
                 .map_err(|error| self.failed(format!("confirm key `{key}`"), error))?;

@@ -12,10 +12,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use redis::aio::ConnectionManager;
 
-use super::{
-    CLAIMED, CONFIRMED, ClaimResult, DEFAULT_CLAIM_TIMEOUT, DEFAULT_RETENTION, IdempotencyStore,
-    StoreError, node_id,
-};
+use super::{CLAIMED, CONFIRMED, ClaimResult, IdempotencyStore, Lease, StoreError, node_id};
 
 /// The prefix of every key the store writes, unless told otherwise.
 pub const DEFAULT_PREFIX: &str = "acemq:idempotency:";
@@ -46,16 +43,14 @@ pub struct RedisIdempotencyStore {
     prefix: Arc<str>,
     claim: Arc<str>,
     release: Arc<redis::Script>,
-    claim_timeout: Duration,
-    retention: Duration,
+    lease: Lease,
 }
 
 impl std::fmt::Debug for RedisIdempotencyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisIdempotencyStore")
             .field("prefix", &self.prefix)
-            .field("claim_timeout", &self.claim_timeout)
-            .field("retention", &self.retention)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -68,8 +63,7 @@ impl RedisIdempotencyStore {
             prefix: Arc::from(DEFAULT_PREFIX),
             claim: Arc::from(format!("{CLAIMED}:{}", node_id())),
             release: Arc::new(redis::Script::new(RELEASE_SCRIPT)),
-            claim_timeout: DEFAULT_CLAIM_TIMEOUT,
-            retention: DEFAULT_RETENTION,
+            lease: Lease::default(),
         }
     }
 
@@ -107,18 +101,7 @@ impl RedisIdempotencyStore {
         Ok(self)
     }
 
-    /// How long a claim nobody confirmed stays its holder's (at least 1 ms). Default
-    /// [`DEFAULT_CLAIM_TIMEOUT`]; it must exceed the slowest handler.
-    pub fn claim_timeout(mut self, timeout: Duration) -> Self {
-        self.claim_timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// How long a confirmation is remembered (at least 1 ms). Default [`DEFAULT_RETENTION`].
-    pub fn retention(mut self, retention: Duration) -> Self {
-        self.retention = retention.max(Duration::from_millis(1));
-        self
-    }
+    lease_setters!();
 
     fn key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
@@ -145,7 +128,7 @@ impl IdempotencyStore for RedisIdempotencyStore {
                 .arg(&*self.claim)
                 .arg("NX")
                 .arg("PX")
-                .arg(millis(self.claim_timeout))
+                .arg(millis(self.lease.claim_timeout))
                 .arg("GET")
                 .query_async(&mut self.connection.clone())
                 .await
@@ -164,7 +147,7 @@ impl IdempotencyStore for RedisIdempotencyStore {
                 .arg(self.key(key))
                 .arg(CONFIRMED)
                 .arg("PX")
-                .arg(millis(self.retention))
+                .arg(millis(self.lease.retention))
                 .query_async(&mut self.connection.clone())
                 .await
                 .map_err(|error| Self::failed(format!("confirm key `{key}`"), error))?;
