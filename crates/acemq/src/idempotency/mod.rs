@@ -86,10 +86,12 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 
-/// The state of a claimed row, as the Java port's table spells it.
-pub(crate) const CLAIMED: &str = "CLAIMED";
-/// The state of a confirmed row, as the Java port's table spells it.
-pub(crate) const CONFIRMED: &str = "CONFIRMED";
+/// The `state` of a claimed row (and the start of a claimed Redis value), as the Java port's
+/// table spells it: the stores of every port on one table must agree on it.
+pub const CLAIMED: &str = "CLAIMED";
+/// The `state` of a confirmed row (and a confirmed Redis value), as the Java port's table
+/// spells it.
+pub const CONFIRMED: &str = "CONFIRMED";
 
 /// What a claim found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
