@@ -1,5 +1,6 @@
 //! The idempotent consumer on every store (in memory, PostgreSQL, Redis) and both brokers: a
-//! message delivered twice does its work once; a message another instance holds a live claim
+//! message delivered twice does its work once; a failed attempt releases its claim and a
+//! successful one confirms it; a message another instance holds a live claim
 //! on is republished unchanged until the lease expires and then handled; a store that cannot be
 //! reached fails the delivery into the retry path, never acknowledging it. And the PostgreSQL
 //! table in the Java port's layout, read and written as the Java store does; and a pipeline
@@ -137,6 +138,65 @@ async fn two_consumers_do_the_work_of_a_duplicate_once(env: &'static Env, kind: 
     .await;
 }
 each_store!(two_consumers_do_the_work_of_a_duplicate_once);
+
+async fn a_failure_releases_the_claim_and_a_success_confirms_it(env: &'static Env, kind: Kind) {
+    with_backing(kind, |backing| async move {
+        let queue = env.queue("idem-retry").await;
+        let (claims, mut claimed) = mpsc::unbounded_channel();
+        let store = Observed {
+            inner: backing.instance(Duration::from_secs(60)).await,
+            claims,
+        };
+        let (done, mut attempts) = mpsc::unbounded_channel();
+        let consumer = env
+            .mq
+            .consumer::<u32>(queue.as_str())
+            .retry(RetryPolicy::fixed(3, Duration::from_millis(10)).unwrap())
+            .idempotent(store)
+            .start(move |message: Message<u32>| {
+                let done = done.clone();
+                async move {
+                    let attempt = message.envelope().attempt();
+                    done.send(attempt).ok();
+                    if attempt == 1 {
+                        return Err("not yet");
+                    }
+                    Ok(())
+                }
+            })
+            .await
+            .unwrap();
+        let publisher = env.mq.publisher::<u32>("", queue.as_str());
+        let envelope = || Envelope::of("retried").id("retried-1").build().unwrap();
+        publisher.send_with(&1, envelope()).await.unwrap();
+        assert_eq!(next(&mut attempts, "the first attempt").await, 1);
+        assert_eq!(
+            next(&mut claimed, "the first claim").await,
+            ClaimResult::Claimed
+        );
+        assert_eq!(next(&mut attempts, "the retry").await, 2);
+        assert_eq!(
+            next(&mut claimed, "the retry's claim").await,
+            ClaimResult::Claimed,
+            "the failed attempt released its claim"
+        );
+        publisher.send_with(&1, envelope()).await.unwrap();
+        assert_eq!(
+            next(&mut claimed, "the later copy's claim").await,
+            ClaimResult::AlreadyConfirmed,
+            "the successful attempt confirmed it"
+        );
+        assert!(consumer.drain(LIMIT).await.is_clean());
+        assert!(
+            attempts.try_recv().is_err(),
+            "the later copy was not handled"
+        );
+        assert_eq!(env.count(&queue).await, 0);
+        assert_eq!(env.count(&format!("{queue}.dlq")).await, 0);
+    })
+    .await;
+}
+each_store!(a_failure_releases_the_claim_and_a_success_confirms_it);
 
 async fn a_live_claim_elsewhere_republishes_until_its_lease_expires(env: &'static Env, kind: Kind) {
     with_backing(kind, |backing| async move {
