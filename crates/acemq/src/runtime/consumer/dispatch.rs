@@ -251,39 +251,38 @@ impl<T: Send + 'static> Worker<T> {
             redelivered,
             reply_to,
         };
-        let claimed = match &self.idempotency {
-            None => None,
-            Some(idempotency) => match idempotency.admit(&self.engine, &held, &envelope).await {
-                Admission::Run(key) => Some((idempotency, key)),
+        let mut claimed = None;
+        let mut store_failed = None;
+        if let Some(idempotency) = &self.idempotency {
+            match idempotency.admit(&self.engine, &held, &envelope).await {
+                Admission::Run(key) => claimed = Some((idempotency, key)),
                 Admission::Settled(result) => {
                     telemetry::record_outcome(&span, result.as_str());
                     metrics.finished(result, started.elapsed().as_secs_f64());
                     return Ended::after(result);
                 }
-                Admission::Failed(error) => {
-                    let result = self
-                        .engine
-                        .retry(&held, &envelope, &error.to_string())
-                        .await;
-                    telemetry::record_outcome(&span, result.as_str());
-                    metrics.finished(result, started.elapsed().as_secs_f64());
-                    return Ended::after(result);
+                // Without a claim the handler must not run; the delivery fails as its error would.
+                Admission::Failed(error) => store_failed = Some(error),
+            }
+        }
+        let verdict = match store_failed {
+            Some(error) => Verdict::Handled(Outcome::Retry(error)),
+            None => {
+                let run = self
+                    .run_handler(message, &envelope)
+                    .instrument(span.clone());
+                tokio::select! {
+                    verdict = run => verdict,
+                    () = self.engine.abort.cancelled() => {
+                        if let Some((idempotency, key)) = &claimed {
+                            idempotency.finish(&self.queue, key, false).await;
+                        }
+                        let result = self.engine.give_back(&held, &self.queue, "drain deadline reached while the handler ran").await;
+                        telemetry::record_outcome(&span, result.as_str());
+                        metrics.finished(result, started.elapsed().as_secs_f64());
+                        return Ended::Interrupted;
+                    }
                 }
-            },
-        };
-        let run = self
-            .run_handler(message, &envelope)
-            .instrument(span.clone());
-        let verdict = tokio::select! {
-            verdict = run => verdict,
-            () = self.engine.abort.cancelled() => {
-                if let Some((idempotency, key)) = &claimed {
-                    idempotency.finish(&self.queue, key, false).await;
-                }
-                let result = self.engine.give_back(&held, &self.queue, "drain deadline reached while the handler ran").await;
-                telemetry::record_outcome(&span, result.as_str());
-                metrics.finished(result, started.elapsed().as_secs_f64());
-                return Ended::Interrupted;
             }
         };
         if let Some((idempotency, key)) = &claimed {
