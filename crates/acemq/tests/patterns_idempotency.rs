@@ -21,6 +21,7 @@ use acemq::retry::RetryPolicy;
 use acemq::{Envelope, Message};
 use common::{Env, LIMIT};
 use polyq_amqp::{FieldValue, QueueSpec};
+use polyq_testkit::brokers::Fixture as _;
 use serde_json::{Value, json};
 use stores::{Kind, Observed, with_backing};
 use tokio::sync::mpsc;
@@ -37,39 +38,43 @@ macro_rules! each_store {
     ($name:ident) => {
         mod $name {
             use crate::stores::Kind;
+            use polyq_testkit::brokers::Broker;
 
-            async fn on(url: String, kind: Kind) {
-                crate::common::run(url, move |env| super::$name(env, kind)).await;
+            async fn on(broker: Broker, kind: Kind) {
+                polyq_testkit::brokers::run(broker, move |env: &'static crate::common::Env| {
+                    super::$name(env, kind)
+                })
+                .await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory_broker_in_memory_store() {
-                on(crate::common::memory_url(), Kind::InMemory).await;
+                on(Broker::Memory, Kind::InMemory).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory_broker_postgres_store() {
-                on(crate::common::memory_url(), Kind::Postgres).await;
+                on(Broker::Memory, Kind::Postgres).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory_broker_redis_store() {
-                on(crate::common::memory_url(), Kind::Redis).await;
+                on(Broker::Memory, Kind::Redis).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn rabbitmq_in_memory_store() {
-                on(polyq_testkit::amqp_url(), Kind::InMemory).await;
+                on(Broker::RabbitMq, Kind::InMemory).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn rabbitmq_postgres_store() {
-                on(polyq_testkit::amqp_url(), Kind::Postgres).await;
+                on(Broker::RabbitMq, Kind::Postgres).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn rabbitmq_redis_store() {
-                on(polyq_testkit::amqp_url(), Kind::Redis).await;
+                on(Broker::RabbitMq, Kind::Redis).await;
             }
         }
     };
@@ -317,7 +322,7 @@ async fn an_unreachable_store_fails_the_delivery_into_the_retry_path(env: &'stat
     );
     assert_eq!(env.count(&queue).await, 0);
 }
-both!(an_unreachable_store_fails_the_delivery_into_the_retry_path);
+polyq_testkit::both_brokers!(an_unreachable_store_fails_the_delivery_into_the_retry_path);
 
 #[tokio::test]
 async fn the_postgres_table_is_shared_with_the_java_layout() {
@@ -439,7 +444,9 @@ async fn a_redis_claim_expires_with_its_lease() {
 }
 
 async fn a_pipeline_step_is_idempotent_too(env: &'static Env) {
-    let name = polyq_testkit::unique_name("acemq.pl.idem");
+    let name = env
+        .broker()
+        .remember_exchange(env.broker().name("acemq.pl.idem"));
     let pipeline = Pipeline::new(&env.mq, &name, ["charge"]).unwrap();
     env.declare(
         QueueSpec::new(pipeline.queue_of("charge"))
@@ -486,6 +493,5 @@ async fn a_pipeline_step_is_idempotent_too(env: &'static Env) {
     assert!(step.drain(LIMIT).await.is_clean());
     assert_eq!(charges.load(Ordering::SeqCst), 1);
     assert_eq!(pipeline.completed(), 1, "the duplicate is no second run");
-    env.client().delete_exchange(pipeline.name()).await.unwrap();
 }
-both!(a_pipeline_step_is_idempotent_too);
+polyq_testkit::both_brokers!(a_pipeline_step_is_idempotent_too);

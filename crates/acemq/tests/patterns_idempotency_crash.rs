@@ -17,6 +17,7 @@ use acemq::idempotency::ClaimResult;
 use acemq::{AceMq, Envelope, Message};
 use common::LIMIT;
 use polyq_amqp::QueueSpec;
+use polyq_testkit::brokers::{Broker, TestBroker, run};
 use stores::{Backing, Kind, Observed, with_backing};
 use tokio::sync::mpsc;
 
@@ -28,10 +29,12 @@ const STARTED: &str = "handler started: ";
 /// The killed consumer's lease: long enough that the redelivery finds it live.
 const CHILD_LEASE: Duration = Duration::from_secs(4);
 
-async fn kill_9_mid_handler_leaves_a_claim_that_expires(kind: Kind) {
+async fn kill_9_mid_handler_leaves_a_claim_that_expires(broker: &'static TestBroker, kind: Kind) {
     with_backing(kind, |backing| async move {
-        let mq = AceMq::connect(&polyq_testkit::amqp_url()).await.unwrap();
-        let queue = polyq_testkit::unique_name("acemq.rt.idem-crash");
+        let mq = AceMq::connect(broker.url()).await.unwrap();
+        let queue = broker.remember_queue(broker.name("acemq.rt.idem-crash"));
+        broker.remember_queue(format!("{queue}.dlq"));
+        broker.remember_queue(format!("{queue}.parked"));
         mq.client()
             .declare_queue(&QueueSpec::new(queue.clone()))
             .await
@@ -96,16 +99,6 @@ async fn kill_9_mid_handler_leaves_a_claim_that_expires(kind: Kind) {
             .unwrap()
             .message_count;
         assert_eq!(dead_letters, 0, "never dead-lettered for the claim");
-        for name in [
-            queue.clone(),
-            format!("{queue}.dlq"),
-            format!("{queue}.parked"),
-        ] {
-            match mq.client().delete_queue(&name).await {
-                Ok(_) | Err(polyq_amqp::Error::NotFound { .. }) => {}
-                Err(e) => panic!("delete {name}: {e}"),
-            }
-        }
         mq.close().await.unwrap();
     })
     .await;
@@ -113,12 +106,18 @@ async fn kill_9_mid_handler_leaves_a_claim_that_expires(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_with_the_postgres_store() {
-    kill_9_mid_handler_leaves_a_claim_that_expires(Kind::Postgres).await;
+    run(Broker::RabbitMq, |broker| {
+        kill_9_mid_handler_leaves_a_claim_that_expires(broker, Kind::Postgres)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_with_the_redis_store() {
-    kill_9_mid_handler_leaves_a_claim_that_expires(Kind::Redis).await;
+    run(Broker::RabbitMq, |broker| {
+        kill_9_mid_handler_leaves_a_claim_that_expires(broker, Kind::Redis)
+    })
+    .await;
 }
 
 /// The consumer process: an idempotent consumer on the store the parent names, whose handler

@@ -1,8 +1,10 @@
 //! `polyq`: the operator and developer tool for AceMQ and BabelQueue estates.
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 mod cli;
 
@@ -36,6 +38,22 @@ enum Command {
     },
 }
 
+/// The log filter: `POLYQ_LOG` when it is set and valid, `default` otherwise. lapin's line for a
+/// returned message, which prints its body and header values, stays off unless `POLYQ_LOG`
+/// names its target itself.
+fn log_filter(polyq_log: Option<&str>, default: &str) -> EnvFilter {
+    let given =
+        polyq_log.and_then(|directives| Some((EnvFilter::try_new(directives).ok()?, directives)));
+    let (filter, directives) = given.unwrap_or_else(|| (EnvFilter::new(default), default));
+    let off = polyq_amqp::LAPIN_RETURN_LOG_OFF;
+    let target = off.split_once('=').map_or(off, |(target, _)| target);
+    if directives.contains(target) {
+        filter
+    } else {
+        filter.add_directive(off.parse().expect("the directive is valid"))
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let command = Polyq::parse().command;
@@ -47,10 +65,12 @@ async fn main() -> ExitCode {
         _ => "warn,lapin::channel=off",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("POLYQ_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
+        .with_env_filter(log_filter(
+            std::env::var("POLYQ_LOG").ok().as_deref(),
+            default_filter,
+        ))
+        // Colour codes are noise in a file or a log collector.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let outcome = match command {
@@ -75,7 +95,7 @@ fn report(error: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::report;
+    use super::{log_filter, report};
 
     /// Every cause's own text appears exactly once in the line.
     fn assert_each_once(line: &str, causes: &[&str]) {
@@ -155,5 +175,16 @@ mod tests {
                 "connection refused",
             ],
         );
+    }
+
+    #[test]
+    fn lapins_return_line_stays_off_unless_polyq_log_names_it() {
+        let off = polyq_amqp::LAPIN_RETURN_LOG_OFF;
+        for given in [None, Some("debug"), Some("not a [valid filter")] {
+            let filter = log_filter(given, "warn").to_string();
+            assert!(filter.contains(off), "{given:?}: {filter}");
+        }
+        let named = log_filter(Some("lapin::returned_messages=warn"), "warn").to_string();
+        assert!(!named.contains(off), "{named}");
     }
 }

@@ -94,20 +94,11 @@ impl Backing {
                     .expect("drop the test table");
             }
             Kind::Redis => {
-                let client = redis::Client::open(polyq_testkit::redis_url()).unwrap();
-                let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(format!("{}*", self.prefix))
-                    .query_async(&mut connection)
-                    .await
-                    .unwrap();
-                if !keys.is_empty() {
-                    let () = redis::cmd("DEL")
-                        .arg(keys)
-                        .query_async(&mut connection)
-                        .await
-                        .unwrap();
-                }
+                polyq_testkit::brokers::delete_redis_keys(
+                    &polyq_testkit::redis_url(),
+                    &self.prefix,
+                )
+                .await;
             }
         }
     }
