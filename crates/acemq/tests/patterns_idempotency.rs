@@ -40,44 +40,25 @@ macro_rules! each_store {
             use crate::stores::Kind;
             use polyq_testkit::brokers::Broker;
 
-            async fn on(broker: Broker, kind: Kind) {
-                polyq_testkit::brokers::run(broker, move |env: &'static crate::common::Env| {
-                    super::$name(env, kind)
-                })
-                .await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory_broker_in_memory_store() {
-                on(Broker::Memory, Kind::InMemory).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory_broker_postgres_store() {
-                on(Broker::Memory, Kind::Postgres).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory_broker_redis_store() {
-                on(Broker::Memory, Kind::Redis).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rabbitmq_in_memory_store() {
-                on(Broker::RabbitMq, Kind::InMemory).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rabbitmq_postgres_store() {
-                on(Broker::RabbitMq, Kind::Postgres).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rabbitmq_redis_store() {
-                on(Broker::RabbitMq, Kind::Redis).await;
-            }
+            each_store!(@tests $name;
+                memory_broker_in_memory_store: Memory, InMemory;
+                memory_broker_postgres_store: Memory, Postgres;
+                memory_broker_redis_store: Memory, Redis;
+                rabbitmq_in_memory_store: RabbitMq, InMemory;
+                rabbitmq_postgres_store: RabbitMq, Postgres;
+                rabbitmq_redis_store: RabbitMq, Redis;
+            );
         }
     };
+    (@tests $name:ident; $($test:ident: $broker:ident, $kind:ident;)+) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            polyq_testkit::brokers::run(Broker::$broker, |env: &'static crate::common::Env| {
+                super::$name(env, Kind::$kind)
+            })
+            .await;
+        }
+    )+};
 }
 
 async fn two_consumers_do_the_work_of_a_duplicate_once(env: &'static Env, kind: Kind) {
