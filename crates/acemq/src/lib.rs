@@ -117,6 +117,7 @@
 
 mod contract;
 mod error;
+pub mod idempotency;
 pub mod inspect;
 pub mod patterns;
 mod runtime;
