@@ -27,6 +27,8 @@ use crate::contract::topology::{self, QueueType};
 
 /// The rule names, `acemq/<name>`.
 pub mod rules {
+    /// The source queue does not exist.
+    pub const QUEUE_MISSING: &str = "acemq/queue-missing";
     /// A known reserved header whose value cannot be read as its type.
     pub const MALFORMED_RESERVED_HEADER: &str = "acemq/malformed-reserved-header";
     /// `x-acemq-attempt` or `x-acemq-version` below 1.
@@ -172,7 +174,7 @@ pub fn check_queue(queue: &str, policy: Option<&RetryPolicy>, estate: &Estate) -
     let subject = format!("queue {queue}");
     if !estate.queues.contains(queue) {
         return vec![Finding::new(
-            rules::DEAD_LETTER_NOWHERE,
+            rules::QUEUE_MISSING,
             Severity::Error,
             subject,
             "the source queue does not exist",
@@ -396,7 +398,7 @@ mod tests {
     #[test]
     fn a_missing_source_queue_is_the_only_finding() {
         let findings = check_queue("orders", Some(&policy()), &Estate::default());
-        assert_eq!(rules_of(&findings), [rules::DEAD_LETTER_NOWHERE]);
+        assert_eq!(rules_of(&findings), [rules::QUEUE_MISSING]);
         assert!(findings[0].message.contains("does not exist"));
     }
 

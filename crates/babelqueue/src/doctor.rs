@@ -23,6 +23,8 @@ use crate::error::PoisonCause;
 
 /// The rule names, `babelqueue/<name>`.
 pub mod rules {
+    /// The queue does not exist.
+    pub const QUEUE_MISSING: &str = "babelqueue/queue-missing";
     /// A body no consumer can decode: not UTF-8, not strict JSON, not an object, a mistyped
     /// member.
     pub const UNDECODABLE_BODY: &str = "babelqueue/undecodable-body";
@@ -128,6 +130,9 @@ fn poison(subject: &str, cause: &PoisonCause) -> Finding {
 /// What a caller found for one queue name.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueState {
+    /// Whether the queue exists; `None` where that cannot be told (on Redis, an empty queue has
+    /// no key).
+    pub queue: Option<bool>,
     /// Whether its dead-letter queue exists; `None` where that cannot be told (a Redis list
     /// exists only while it holds something).
     pub dead_letter_queue: Option<bool>,
@@ -137,10 +142,19 @@ pub struct QueueState {
     pub laravel_layout_keys: bool,
 }
 
-/// The findings on queue `queue`: a missing dead-letter queue, and keys of both Redis layouts
-/// for one name.
+/// The findings on queue `queue`: a missing queue (the only finding then), a missing
+/// dead-letter queue, and keys of both Redis layouts for one name.
 pub fn check_queue(queue: &str, dead_letter_queue: &str, state: &QueueState) -> Vec<Finding> {
     let subject = format!("queue {queue}");
+    if state.queue == Some(false) {
+        return vec![Finding::new(
+            rules::QUEUE_MISSING,
+            Severity::Error,
+            subject,
+            "the queue does not exist",
+            "declare it (a worker declares its queue when it starts), or correct --queue",
+        )];
+    }
     let mut findings = Vec::new();
     if state.dead_letter_queue == Some(false) {
         findings.push(Finding::new(
@@ -288,5 +302,14 @@ mod tests {
             ..QueueState::default()
         };
         assert!(check_queue("q", "q.dlq", &one).is_empty());
+        let gone = QueueState {
+            queue: Some(false),
+            dead_letter_queue: Some(false),
+            ..QueueState::default()
+        };
+        assert_eq!(
+            rules_of(&check_queue("q", "q.dlq", &gone)),
+            [rules::QUEUE_MISSING]
+        );
     }
 }

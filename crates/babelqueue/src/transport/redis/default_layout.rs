@@ -124,7 +124,7 @@ impl RedisTransport {
 
     /// The in-flight list of `queue`: `<queue>:processing`.
     pub fn processing_key(&self, queue: &str) -> String {
-        format!("{queue}{}", self.inner.options.processing_suffix)
+        self.inner.options.processing_key(queue)
     }
 
     /// The deadline set of `queue`: `<queue>:processing:deadlines`.

@@ -169,6 +169,39 @@ impl RedisOptions {
         format!("{queue}{}", self.dlq_suffix)
     }
 
+    /// Default layout: the in-flight list of `queue`, `<queue><processing suffix>`.
+    pub fn processing_key(&self, queue: &str) -> String {
+        format!("{queue}{}", self.processing_suffix)
+    }
+
+    /// Laravel layout: the ready list of `queue`, `<prefix><queue>`, e.g. `queues:orders`.
+    pub fn laravel_key(&self, queue: &str) -> String {
+        format!("{}{queue}", self.key_prefix)
+    }
+
+    /// The keys the default layout keeps for `queue`: the ready list, the in-flight list and
+    /// its deadline set. A tool reads them to see a queue without a transport.
+    pub fn default_layout_keys(&self, queue: &str) -> [String; 3] {
+        let processing = self.processing_key(queue);
+        [
+            queue.to_owned(),
+            format!("{processing}:deadlines"),
+            processing,
+        ]
+    }
+
+    /// The keys the Laravel layout keeps for `queue`: the ready list, then its `:notify`,
+    /// `:reserved` and `:delayed` keys.
+    pub fn laravel_layout_keys(&self, queue: &str) -> [String; 4] {
+        let ready = self.laravel_key(queue);
+        [
+            format!("{ready}:notify"),
+            format!("{ready}:reserved"),
+            format!("{ready}:delayed"),
+            ready,
+        ]
+    }
+
     fn validate(&self) -> crate::Result<()> {
         let invalid = |option, reason: &str| {
             Err(crate::Error::InvalidOption {

@@ -1,0 +1,330 @@
+//! `polyq doctor`: reads queues without consuming them and reports what the libraries' contract
+//! rules find. Reading the broker is here; judging is in `acemq::doctor` and
+//! `babelqueue::doctor`.
+
+use std::process::ExitCode;
+
+use acemq::doctor::{self as ace, Estate, Finding};
+use acemq::retry::RetryPolicy;
+use acemq::topology::{self, QueueType};
+use anyhow::Context as _;
+use babelqueue::doctor::{self as babel, QueueState};
+use babelqueue::transport::redis::RedisOptions;
+use clap::ValueEnum;
+use polyq_amqp::{Client, Delivery, Error as AmqpError, FieldValue, QueueSpec};
+
+use super::connect::TlsArgs;
+
+/// `polyq doctor` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Doctor {
+    /// The broker: amqp://, amqps:// (RabbitMQ) or redis:// (BabelQueue, both key layouts).
+    #[arg(long)]
+    url: String,
+    /// A queue to examine; repeat for more.
+    #[arg(long = "queue", value_name = "QUEUE", required = true)]
+    queues: Vec<String>,
+    /// On RabbitMQ, whose contract the queues follow. Redis queues are BabelQueue's.
+    #[arg(long, value_enum, default_value_t = Family::Acemq)]
+    family: Family,
+    /// AceMQ: the retry policy the queues' consumer runs, e.g. 'exponential(6, 10s, 5m)'; its
+    /// rung queues are checked. Without it rungs are not judged.
+    #[arg(long)]
+    policy: Option<String>,
+    /// The most messages read from each queue.
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    /// `text`: one line per finding; `json`: one JSON object per finding and line.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Family {
+    Acemq,
+    Babel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+/// Runs `polyq doctor`: exit status 1 when a finding is an error.
+pub(crate) async fn run(doctor: Doctor) -> anyhow::Result<ExitCode> {
+    let policy = doctor
+        .policy
+        .as_deref()
+        .map(str::parse::<RetryPolicy>)
+        .transpose()
+        .context("--policy")?;
+    let findings = if doctor.url.starts_with("redis://") || doctor.url.starts_with("rediss://") {
+        redis_findings(&doctor).await?
+    } else {
+        amqp_findings(&doctor, policy.as_ref()).await?
+    };
+    for finding in &findings {
+        match doctor.output {
+            Output::Json => println!("{}", serde_json::to_string(finding)?),
+            Output::Text => println!(
+                "{:<7} {} {}: {} (fix: {})",
+                finding.severity, finding.rule, finding.subject, finding.message, finding.fix
+            ),
+        }
+    }
+    if doctor.output == Output::Text && findings.is_empty() {
+        eprintln!("no findings");
+    }
+    Ok(if findings.iter().any(Finding::is_error) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn message_subject(queue: &str, position: usize) -> String {
+    format!("queue {queue}, message {position}")
+}
+
+async fn amqp_findings(
+    doctor: &Doctor,
+    policy: Option<&RetryPolicy>,
+) -> anyhow::Result<Vec<Finding>> {
+    let client = connect(doctor).await?;
+    let found = amqp_queues(&client, doctor, policy).await;
+    client.close().await.ok();
+    found
+}
+
+async fn amqp_queues(
+    client: &Client,
+    doctor: &Doctor,
+    policy: Option<&RetryPolicy>,
+) -> anyhow::Result<Vec<Finding>> {
+    let mut findings = Vec::new();
+    for queue in &doctor.queues {
+        match doctor.family {
+            Family::Acemq => {
+                let estate = acemq_estate(client, queue, policy).await?;
+                findings.extend(ace::check_queue(queue, policy, &estate));
+                if !estate.queues.contains(queue) {
+                    continue;
+                }
+            }
+            Family::Babel => {
+                let dlq = RedisOptions::default().dead_letter_queue(queue);
+                let state = QueueState {
+                    queue: Some(exists(client.inspect_queue(queue).await.map(drop))?.is_some()),
+                    dead_letter_queue: Some(
+                        exists(client.inspect_queue(&dlq).await.map(drop))?.is_some(),
+                    ),
+                    ..QueueState::default()
+                };
+                findings.extend(babel::check_queue(queue, &dlq, &state));
+                if state.queue == Some(false) {
+                    continue;
+                }
+            }
+        }
+        for (position, delivery) in peek(doctor, queue).await?.iter().enumerate() {
+            let subject = message_subject(queue, position + 1);
+            findings.extend(match doctor.family {
+                Family::Acemq => ace::check_headers(&subject, &delivery.properties.headers),
+                Family::Babel => babel::check_body(&subject, &delivery.body),
+            });
+        }
+    }
+    Ok(findings)
+}
+
+async fn connect(doctor: &Doctor) -> anyhow::Result<Client> {
+    let options = polyq_amqp::ClientOptions::default().tls(doctor.tls.options()?);
+    Client::connect_with(&doctor.url, options)
+        .await
+        .with_context(|| format!("--url {}", polyq_amqp::redact_url(&doctor.url)))
+}
+
+/// Up to `--limit` messages of `queue`, read with `basic.get` on a connection of their own and
+/// given back by closing it: the broker requeues every unacknowledged message in its place, so
+/// the queue keeps its order and its count.
+async fn peek(doctor: &Doctor, queue: &str) -> anyhow::Result<Vec<Delivery>> {
+    let reader = connect(doctor).await?;
+    let mut held = Vec::new();
+    let read = async {
+        while held.len() < doctor.limit {
+            match reader
+                .get(queue)
+                .await
+                .with_context(|| format!("--queue {queue}"))?
+            {
+                Some(delivery) => held.push(delivery),
+                None => break,
+            }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    reader.close().await.ok();
+    read.map(|()| held)
+}
+
+/// `Some(())` when the broker has the object, `None` on 404.
+fn exists(found: Result<(), AmqpError>) -> anyhow::Result<Option<()>> {
+    match found {
+        Ok(()) => Ok(Some(())),
+        Err(AmqpError::NotFound { .. }) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// What the broker has of the objects `acemq::doctor::probes` names, and the source queue's
+/// type and dead-letter exchange as far as a redeclaration can tell them.
+async fn acemq_estate(
+    client: &Client,
+    queue: &str,
+    policy: Option<&RetryPolicy>,
+) -> anyhow::Result<Estate> {
+    let probes = ace::probes(queue, policy);
+    let mut estate = Estate::default();
+    for name in probes.queues {
+        if exists(client.inspect_queue(&name).await.map(drop))?.is_some() {
+            estate.queues.insert(name);
+        }
+    }
+    for name in probes.exchanges {
+        if exists(client.inspect_exchange(&name).await)?.is_some() {
+            estate.exchanges.insert(name);
+        }
+    }
+    if estate.queues.contains(queue)
+        && let Some((queue_type, dead_letter)) = declared_as(client, queue).await?
+    {
+        estate.queue_types.insert(queue.to_owned(), queue_type);
+        estate
+            .dead_letter_exchanges
+            .insert(queue.to_owned(), dead_letter);
+    }
+    Ok(estate)
+}
+
+/// The type and dead-letter exchange of existing queue `queue`, found by redeclaring it with
+/// each declaration AceMQ makes of a source queue, quorum first: the broker accepts a
+/// redeclaration only when the arguments it compares are equal, so the first one accepted is
+/// how the queue was declared (and changes nothing). `None` when none is accepted: the queue
+/// has arguments of its own, and nothing is claimed about it.
+async fn declared_as(
+    client: &Client,
+    queue: &str,
+) -> anyhow::Result<Option<(QueueType, Option<String>)>> {
+    let dead_letter = || {
+        QueueSpec::new(queue)
+            .argument(
+                "x-dead-letter-exchange",
+                FieldValue::from(topology::DEAD_LETTER_EXCHANGE),
+            )
+            .argument(
+                "x-dead-letter-routing-key",
+                FieldValue::from(topology::dead_letter_queue(queue)),
+            )
+    };
+    let quorum =
+        |spec: QueueSpec| spec.argument(topology::QUEUE_TYPE_ARGUMENT, FieldValue::from("quorum"));
+    let candidates = [
+        (quorum(dead_letter()), QueueType::Quorum, true),
+        (quorum(QueueSpec::new(queue)), QueueType::Quorum, false),
+        (dead_letter(), QueueType::Classic, true),
+        (QueueSpec::new(queue), QueueType::Classic, false),
+    ];
+    for (spec, queue_type, dead_letters) in candidates {
+        match client.declare_queue(&spec).await {
+            Ok(_) => {
+                let exchange = dead_letters.then(|| topology::DEAD_LETTER_EXCHANGE.to_owned());
+                return Ok(Some((queue_type, exchange)));
+            }
+            Err(AmqpError::Precondition { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(None)
+}
+
+async fn redis_findings(doctor: &Doctor) -> anyhow::Result<Vec<Finding>> {
+    let client = redis::Client::open(doctor.url.as_str())
+        .with_context(|| format!("--url {}", polyq_amqp::redact_url(&doctor.url)))?;
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .with_context(|| format!("--url {}", polyq_amqp::redact_url(&doctor.url)))?;
+    let options = RedisOptions::default();
+    let mut findings = Vec::new();
+    for queue in &doctor.queues {
+        let default_keys = options.default_layout_keys(queue);
+        let laravel_keys = options.laravel_layout_keys(queue);
+        let state = QueueState {
+            queue: None,
+            dead_letter_queue: None,
+            default_layout_keys: any_exists(&mut connection, &default_keys).await?,
+            laravel_layout_keys: any_exists(&mut connection, &laravel_keys).await?,
+        };
+        findings.extend(babel::check_queue(
+            queue,
+            &options.dead_letter_queue(queue),
+            &state,
+        ));
+        let mut position = 0;
+        for ready in [queue.clone(), options.laravel_key(queue)] {
+            for stored in ready_jobs(&mut connection, &ready, doctor.limit).await? {
+                position += 1;
+                let subject = message_subject(queue, position);
+                findings.extend(match std::str::from_utf8(&stored) {
+                    Ok(text) => babel::check_body(
+                        &subject,
+                        babelqueue::projection::unframe(text).0.as_bytes(),
+                    ),
+                    Err(_) => babel::check_body(&subject, &stored),
+                });
+            }
+        }
+    }
+    Ok(findings)
+}
+
+async fn any_exists(
+    connection: &mut redis::aio::MultiplexedConnection,
+    keys: &[String],
+) -> anyhow::Result<bool> {
+    let count: u64 = redis::cmd("EXISTS")
+        .arg(keys)
+        .query_async(connection)
+        .await
+        .context("EXISTS")?;
+    Ok(count > 0)
+}
+
+/// Up to `limit` values of the list `key` (`LRANGE`, which reads without taking), none when
+/// the key is not a list.
+async fn ready_jobs(
+    connection: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    limit: usize,
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    let kind: String = redis::cmd("TYPE")
+        .arg(key)
+        .query_async(connection)
+        .await
+        .with_context(|| format!("TYPE {key}"))?;
+    if kind != "list" || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let last = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+    redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(last)
+        .query_async(connection)
+        .await
+        .with_context(|| format!("LRANGE {key}"))
+}
