@@ -9,7 +9,8 @@ use acemq::retry::RetryPolicy;
 use acemq::topology::{self, QueueType};
 use anyhow::Context as _;
 use babelqueue::doctor::{self as babel, QueueState};
-use babelqueue::transport::redis::RedisOptions;
+use babelqueue::projection::unframe;
+use babelqueue::transport::redis::{RedisOptions, RedisTransport};
 use clap::ValueEnum;
 use polyq_amqp::{Client, Delivery, Error as AmqpError, FieldValue, QueueSpec};
 
@@ -115,12 +116,10 @@ async fn amqp_queues(
                 }
             }
             Family::Babel => {
-                let dlq = RedisOptions::default().dead_letter_queue(queue);
+                let dlq = babelqueue::transport::default_dead_letter_queue(queue);
                 let state = QueueState {
-                    queue: Some(exists(client.inspect_queue(queue).await.map(drop))?.is_some()),
-                    dead_letter_queue: Some(
-                        exists(client.inspect_queue(&dlq).await.map(drop))?.is_some(),
-                    ),
+                    queue: Some(exists(client.inspect_queue(queue).await.map(drop))?),
+                    dead_letter_queue: Some(exists(client.inspect_queue(&dlq).await.map(drop))?),
                     ..QueueState::default()
                 };
                 findings.extend(babel::check_queue(queue, &dlq, &state));
@@ -171,11 +170,11 @@ async fn peek(doctor: &Doctor, queue: &str) -> anyhow::Result<Vec<Delivery>> {
     read.map(|()| held)
 }
 
-/// `Some(())` when the broker has the object, `None` on 404.
-fn exists(found: Result<(), AmqpError>) -> anyhow::Result<Option<()>> {
+/// Whether the broker has the object: `false` on 404, its other refusals as errors.
+fn exists(found: Result<(), AmqpError>) -> anyhow::Result<bool> {
     match found {
-        Ok(()) => Ok(Some(())),
-        Err(AmqpError::NotFound { .. }) => Ok(None),
+        Ok(()) => Ok(true),
+        Err(AmqpError::NotFound { .. }) => Ok(false),
         Err(error) => Err(error.into()),
     }
 }
@@ -190,12 +189,12 @@ async fn acemq_estate(
     let probes = ace::probes(queue, policy);
     let mut estate = Estate::default();
     for name in probes.queues {
-        if exists(client.inspect_queue(&name).await.map(drop))?.is_some() {
+        if exists(client.inspect_queue(&name).await.map(drop))? {
             estate.queues.insert(name);
         }
     }
     for name in probes.exchanges {
-        if exists(client.inspect_exchange(&name).await)?.is_some() {
+        if exists(client.inspect_exchange(&name).await)? {
             estate.exchanges.insert(name);
         }
     }
@@ -252,22 +251,22 @@ async fn declared_as(
 }
 
 async fn redis_findings(doctor: &Doctor) -> anyhow::Result<Vec<Finding>> {
-    let client = redis::Client::open(doctor.url.as_str())
-        .with_context(|| format!("--url {}", polyq_amqp::redact_url(&doctor.url)))?;
-    let mut connection = client
-        .get_multiplexed_async_connection()
+    let options = RedisOptions::default().tls(doctor.tls.options()?);
+    let redis = RedisTransport::connect(&doctor.url, options)
         .await
         .with_context(|| format!("--url {}", polyq_amqp::redact_url(&doctor.url)))?;
-    let options = RedisOptions::default();
+    let options = redis.options();
     let mut findings = Vec::new();
     for queue in &doctor.queues {
-        let default_keys = options.default_layout_keys(queue);
-        let laravel_keys = options.laravel_layout_keys(queue);
         let state = QueueState {
             queue: None,
             dead_letter_queue: None,
-            default_layout_keys: any_exists(&mut connection, &default_keys).await?,
-            laravel_layout_keys: any_exists(&mut connection, &laravel_keys).await?,
+            default_layout_keys: redis
+                .any_exists(&options.default_layout_keys(queue))
+                .await?,
+            laravel_layout_keys: redis
+                .any_exists(&options.laravel_layout_keys(queue))
+                .await?,
         };
         findings.extend(babel::check_queue(
             queue,
@@ -276,55 +275,15 @@ async fn redis_findings(doctor: &Doctor) -> anyhow::Result<Vec<Finding>> {
         ));
         let mut position = 0;
         for ready in [queue.clone(), options.laravel_key(queue)] {
-            for stored in ready_jobs(&mut connection, &ready, doctor.limit).await? {
+            for stored in redis.read_list(&ready, doctor.limit).await? {
                 position += 1;
                 let subject = message_subject(queue, position);
                 findings.extend(match std::str::from_utf8(&stored) {
-                    Ok(text) => babel::check_body(
-                        &subject,
-                        babelqueue::projection::unframe(text).0.as_bytes(),
-                    ),
+                    Ok(text) => babel::check_body(&subject, unframe(text).0.as_bytes()),
                     Err(_) => babel::check_body(&subject, &stored),
                 });
             }
         }
     }
     Ok(findings)
-}
-
-async fn any_exists(
-    connection: &mut redis::aio::MultiplexedConnection,
-    keys: &[String],
-) -> anyhow::Result<bool> {
-    let count: u64 = redis::cmd("EXISTS")
-        .arg(keys)
-        .query_async(connection)
-        .await
-        .context("EXISTS")?;
-    Ok(count > 0)
-}
-
-/// Up to `limit` values of the list `key` (`LRANGE`, which reads without taking), none when
-/// the key is not a list.
-async fn ready_jobs(
-    connection: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-    limit: usize,
-) -> anyhow::Result<Vec<Vec<u8>>> {
-    let kind: String = redis::cmd("TYPE")
-        .arg(key)
-        .query_async(connection)
-        .await
-        .with_context(|| format!("TYPE {key}"))?;
-    if kind != "list" || limit == 0 {
-        return Ok(Vec::new());
-    }
-    let last = isize::try_from(limit - 1).unwrap_or(isize::MAX);
-    redis::cmd("LRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(last)
-        .query_async(connection)
-        .await
-        .with_context(|| format!("LRANGE {key}"))
 }

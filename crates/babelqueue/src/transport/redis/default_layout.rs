@@ -122,6 +122,40 @@ impl RedisTransport {
         &self.inner.options
     }
 
+    /// Up to `limit` values of the list `key`, head first, exactly as stored, read with
+    /// `LRANGE`: nothing is reserved or taken. None when `key` is not a list. For tools that
+    /// look at a queue of either layout (the connection is the same) without working it.
+    pub async fn read_list(&self, key: &str, limit: usize) -> crate::Result<Vec<Bytes>> {
+        let connection = &self.inner.connection;
+        let kind: String = connection
+            .query(redis::cmd("TYPE").arg(key), || {
+                format!("read the type of {key:?}")
+            })
+            .await?;
+        if kind != "list" || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let last = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        let values: Vec<Vec<u8>> = connection
+            .query(redis::cmd("LRANGE").arg(key).arg(0).arg(last), || {
+                format!("read the list {key:?}")
+            })
+            .await?;
+        Ok(values.into_iter().map(Bytes::from).collect())
+    }
+
+    /// Whether any of `keys` exists (`EXISTS`).
+    pub async fn any_exists(&self, keys: &[String]) -> crate::Result<bool> {
+        let count: u64 = self
+            .inner
+            .connection
+            .query(redis::cmd("EXISTS").arg(keys), || {
+                format!("look for the keys {keys:?}")
+            })
+            .await?;
+        Ok(count > 0)
+    }
+
     /// The in-flight list of `queue`: `<queue>:processing`.
     pub fn processing_key(&self, queue: &str) -> String {
         self.inner.options.processing_key(queue)

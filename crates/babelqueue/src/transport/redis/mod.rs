@@ -321,6 +321,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_layout_names_its_keys_from_the_options() {
+        let options = RedisOptions::new();
+        assert_eq!(
+            options.default_layout_keys("jobs"),
+            ["jobs", "jobs:processing:deadlines", "jobs:processing"]
+        );
+        assert_eq!(
+            options.laravel_layout_keys("jobs"),
+            [
+                "queues:jobs:notify",
+                "queues:jobs:reserved",
+                "queues:jobs:delayed",
+                "queues:jobs"
+            ]
+        );
+        let custom = RedisOptions::new()
+            .processing_suffix(":busy")
+            .key_prefix("app:");
+        assert_eq!(custom.processing_key("jobs"), "jobs:busy");
+        assert_eq!(custom.laravel_key("jobs"), "app:jobs");
+    }
+
+    #[test]
     fn scores_are_whole_seconds_rounded_up_or_infinite() {
         assert_eq!(deadline_score(100, Some(Duration::from_secs(90))), "190");
         assert_eq!(deadline_score(100, Some(Duration::from_millis(1))), "101");
