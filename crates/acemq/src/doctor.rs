@@ -3,7 +3,8 @@
 //!
 //! A message is judged by its headers alone ([`check_headers`]). A queue is judged by what a
 //! caller found on the broker ([`Estate`]): [`probes`] names what to look at for a source
-//! queue and its consumer's policy, [`check_queue`] judges what was found.
+//! queue and its consumer's policy, [`source_declarations`] the redeclarations that tell how
+//! it was declared, and [`check_queue`] judges what was found.
 //!
 //! ```
 //! use acemq::doctor::{self, Severity};
@@ -17,13 +18,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use polyq_amqp::FieldTable;
+use polyq_amqp::{FieldTable, QueueSpec};
 pub use polyq_runtime::{Finding, Severity};
 
 use crate::contract::headers;
 use crate::contract::lenient;
 use crate::contract::retry::RetryPolicy;
-use crate::contract::topology::{self, QueueType};
+use crate::contract::topology::{self, QueueType, SourceQueue};
 
 /// The rule names, `acemq/<name>`.
 pub mod rules {
@@ -151,6 +152,56 @@ pub fn probes(queue: &str, policy: Option<&RetryPolicy>) -> Probes {
             topology::RETRY_EXCHANGE.to_owned(),
         ],
     }
+}
+
+/// One declaration AceMQ makes of a source queue, and what the broker accepting it again
+/// tells about the queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceDeclaration {
+    /// The declaration, exactly as [`topology::SourceQueue`] plans it.
+    pub spec: QueueSpec,
+    /// The queue's type when the broker accepts it.
+    pub queue_type: QueueType,
+    /// The queue's `x-dead-letter-exchange` when the broker accepts it.
+    pub dead_letter_exchange: Option<String>,
+}
+
+/// The declarations AceMQ makes of source queue `queue`, quorum first: with dead-lettering,
+/// plain, then the classic pair.
+///
+/// A broker accepts a redeclaration only when the arguments it compares are equal, and an
+/// accepted one changes nothing, so the first of these an existing queue accepts is how it
+/// was declared; none accepted means arguments of its own. Quorum goes first because a broker
+/// may accept a declaration that leaves `x-queue-type` out for a quorum queue.
+///
+/// ```
+/// use acemq::topology::QueueType;
+///
+/// let declarations = acemq::doctor::source_declarations("orders");
+/// assert_eq!(declarations.len(), 4);
+/// assert_eq!(declarations[0].queue_type, QueueType::Quorum);
+/// assert_eq!(declarations[0].dead_letter_exchange.as_deref(), Some("acemq.dlx"));
+/// ```
+pub fn source_declarations(queue: &str) -> Vec<SourceDeclaration> {
+    let quorum = SourceQueue::new(queue);
+    let classic = SourceQueue::new(queue).classic();
+    [
+        (quorum.clone().with_dead_letter(), QueueType::Quorum, true),
+        (quorum, QueueType::Quorum, false),
+        (classic.clone().with_dead_letter(), QueueType::Classic, true),
+        (classic, QueueType::Classic, false),
+    ]
+    .into_iter()
+    .filter_map(|(source, queue_type, dead_letters)| {
+        // Only arguments a caller adds can make a plan fail; these have none.
+        let spec = source.spec().ok()?;
+        Some(SourceDeclaration {
+            spec,
+            queue_type,
+            dead_letter_exchange: dead_letters.then(|| topology::DEAD_LETTER_EXCHANGE.to_owned()),
+        })
+    })
+    .collect()
 }
 
 /// What a caller found on the broker.
@@ -387,6 +438,32 @@ mod tests {
             super::probes("orders", None).queues,
             ["orders", "orders.dlq"]
         );
+    }
+
+    #[test]
+    fn source_declarations_are_the_plans_own_quorum_first() {
+        let declarations = source_declarations("orders");
+        let types: Vec<_> = declarations.iter().map(|d| d.queue_type).collect();
+        assert_eq!(
+            types,
+            [
+                QueueType::Quorum,
+                QueueType::Quorum,
+                QueueType::Classic,
+                QueueType::Classic
+            ]
+        );
+        let planned = topology::Topology::new()
+            .queue(SourceQueue::new("orders").with_dead_letter())
+            .plan()
+            .unwrap();
+        assert_eq!(declarations[0].spec, planned.queues[0].item);
+        assert_eq!(
+            declarations[2].spec.arguments["x-dead-letter-routing-key"],
+            polyq_amqp::FieldValue::from("orders.dlq")
+        );
+        assert!(declarations[3].spec.arguments.is_empty());
+        assert!(declarations[1].dead_letter_exchange.is_none());
     }
 
     #[test]

@@ -4,11 +4,9 @@
 use std::collections::BTreeSet;
 use std::process::Output;
 
-use acemq::topology;
-use polyq_amqp::{
-    Client, ExchangeKind, ExchangeSpec, FieldTable, FieldValue, OutgoingMessage, Properties,
-    QueueSpec,
-};
+use acemq::topology::{SourceQueue, Topology};
+use acemq::topology_apply;
+use polyq_amqp::{Client, FieldTable, FieldValue, OutgoingMessage, Properties, QueueSpec};
 use polyq_testkit::unique_name;
 use serde_json::Value;
 
@@ -88,50 +86,23 @@ async fn bodies(queue: &str) -> Vec<String> {
     seen
 }
 
-async fn source_queue(client: &Client, queue: &str, quorum: bool, dead_letter: bool) {
-    let mut spec = QueueSpec::new(queue);
-    if quorum {
-        spec = spec.argument(topology::QUEUE_TYPE_ARGUMENT, FieldValue::from("quorum"));
-    }
-    if dead_letter {
-        spec = spec
-            .argument(
-                "x-dead-letter-exchange",
-                FieldValue::from(topology::DEAD_LETTER_EXCHANGE),
-            )
-            .argument(
-                "x-dead-letter-routing-key",
-                FieldValue::from(topology::dead_letter_queue(queue)),
-            );
-    }
-    client.declare_queue(&spec).await.unwrap();
+/// Declares what `topology` plans, as an AceMQ service would; the queues it declared.
+async fn plant(client: &Client, topology: Topology) -> Vec<String> {
+    let plan = topology.plan().unwrap();
+    let report = topology_apply::apply(client, &plan).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    plan.queues
+        .into_iter()
+        .map(|queue| queue.item.name)
+        .collect()
 }
 
-/// The shared exchanges every AceMQ consumer declares; left in place for the other tests.
-async fn shared_exchanges(client: &Client) {
-    for name in [topology::DEAD_LETTER_EXCHANGE, topology::RETRY_EXCHANGE] {
-        client
-            .declare_exchange(&ExchangeSpec::new(name, ExchangeKind::Direct))
-            .await
-            .unwrap();
-    }
-}
-
+/// A source queue with dead-lettering and the consumer of [`POLICY`], everything declared.
 async fn complete_acemq_topology(client: &Client, queue: &str) -> Vec<String> {
-    shared_exchanges(client).await;
-    source_queue(client, queue, true, true).await;
-    let mut declared = vec![queue.to_owned(), topology::dead_letter_queue(queue)];
-    client
-        .declare_queue(&QueueSpec::new(topology::dead_letter_queue(queue)))
-        .await
-        .unwrap();
-    for rung in topology::rungs(queue, &POLICY.parse().unwrap()) {
-        let mut spec = QueueSpec::new(rung.queue.clone());
-        spec.arguments = topology::rung_arguments(queue, rung.delay);
-        client.declare_queue(&spec).await.unwrap();
-        declared.push(rung.queue);
-    }
-    declared
+    let topology = Topology::new()
+        .queue(SourceQueue::new(queue).with_dead_letter())
+        .consumer(queue, POLICY.parse().unwrap());
+    plant(client, topology).await
 }
 
 async fn delete(client: &Client, queues: &[String]) {
@@ -212,11 +183,15 @@ async fn missing_rungs_and_a_dead_letter_queue_that_is_not_there_are_errors() {
     let url = polyq_testkit::amqp_url();
     let client = client().await;
     let queue = unique_name("doctor.rungs");
-    shared_exchanges(&client).await;
-    source_queue(&client, &queue, true, true).await;
+    let declared = plant(
+        &client,
+        Topology::new().queue(SourceQueue::new(&queue).with_dead_letter()),
+    )
+    .await;
+    client.delete_queue(&format!("{queue}.dlq")).await.unwrap();
 
     let (findings, ok) = doctor(&url, &["--queue", &queue, "--policy", POLICY]);
-    delete(&client, std::slice::from_ref(&queue)).await;
+    delete(&client, &declared).await;
 
     let rungs = of_rule(&findings, "acemq/rung-missing");
     assert_eq!(rungs.len(), 3, "{findings:?}");
@@ -243,10 +218,14 @@ async fn a_classic_source_queue_is_a_warning_and_alone_exits_zero() {
     let url = polyq_testkit::amqp_url();
     let client = client().await;
     let queue = unique_name("doctor.classic");
-    source_queue(&client, &queue, false, false).await;
+    let declared = plant(
+        &client,
+        Topology::new().queue(SourceQueue::new(&queue).classic()),
+    )
+    .await;
 
     let (findings, ok) = doctor(&url, &["--queue", &queue]);
-    delete(&client, std::slice::from_ref(&queue)).await;
+    delete(&client, &declared).await;
 
     assert_eq!(
         rules(&findings),
@@ -254,6 +233,25 @@ async fn a_classic_source_queue_is_a_warning_and_alone_exits_zero() {
     );
     assert_eq!(findings[0]["severity"], "warning");
     assert!(ok, "warnings alone exit 0");
+}
+
+#[tokio::test]
+async fn a_queue_with_arguments_of_its_own_is_not_judged_by_type_and_keeps_them() {
+    let url = polyq_testkit::amqp_url();
+    let client = client().await;
+    let queue = unique_name("doctor.own-arguments");
+    let own = SourceQueue::new(&queue)
+        .classic()
+        .argument("x-max-length", FieldValue::I64(10));
+    let declared = plant(&client, Topology::new().queue(own.clone())).await;
+
+    let (findings, ok) = doctor(&url, &["--queue", &queue]);
+    let still = plant(&client, Topology::new().queue(own)).await;
+    delete(&client, &declared).await;
+
+    assert!(findings.is_empty(), "{findings:?}");
+    assert!(ok);
+    assert_eq!(still, declared, "the same declaration is still accepted");
 }
 
 #[tokio::test]

@@ -6,13 +6,13 @@ use std::process::ExitCode;
 
 use acemq::doctor::{self as ace, Estate, Finding};
 use acemq::retry::RetryPolicy;
-use acemq::topology::{self, QueueType};
+use acemq::topology::QueueType;
 use anyhow::Context as _;
 use babelqueue::doctor::{self as babel, QueueState};
 use babelqueue::projection::unframe;
 use babelqueue::transport::redis::{RedisOptions, RedisTransport};
 use clap::ValueEnum;
-use polyq_amqp::{Client, Delivery, Error as AmqpError, FieldValue, QueueSpec};
+use polyq_amqp::{Client, Delivery, Error as AmqpError};
 
 use super::connect::TlsArgs;
 
@@ -209,39 +209,19 @@ async fn acemq_estate(
     Ok(estate)
 }
 
-/// The type and dead-letter exchange of existing queue `queue`, found by redeclaring it with
-/// each declaration AceMQ makes of a source queue, quorum first: the broker accepts a
-/// redeclaration only when the arguments it compares are equal, so the first one accepted is
-/// how the queue was declared (and changes nothing). `None` when none is accepted: the queue
-/// has arguments of its own, and nothing is claimed about it.
+/// The type and dead-letter exchange of existing queue `queue`: the first of
+/// `acemq::doctor::source_declarations` the broker accepts again, or `None`.
 async fn declared_as(
     client: &Client,
     queue: &str,
 ) -> anyhow::Result<Option<(QueueType, Option<String>)>> {
-    let dead_letter = || {
-        QueueSpec::new(queue)
-            .argument(
-                "x-dead-letter-exchange",
-                FieldValue::from(topology::DEAD_LETTER_EXCHANGE),
-            )
-            .argument(
-                "x-dead-letter-routing-key",
-                FieldValue::from(topology::dead_letter_queue(queue)),
-            )
-    };
-    let quorum =
-        |spec: QueueSpec| spec.argument(topology::QUEUE_TYPE_ARGUMENT, FieldValue::from("quorum"));
-    let candidates = [
-        (quorum(dead_letter()), QueueType::Quorum, true),
-        (quorum(QueueSpec::new(queue)), QueueType::Quorum, false),
-        (dead_letter(), QueueType::Classic, true),
-        (QueueSpec::new(queue), QueueType::Classic, false),
-    ];
-    for (spec, queue_type, dead_letters) in candidates {
-        match client.declare_queue(&spec).await {
+    for declaration in ace::source_declarations(queue) {
+        match client.declare_queue(&declaration.spec).await {
             Ok(_) => {
-                let exchange = dead_letters.then(|| topology::DEAD_LETTER_EXCHANGE.to_owned());
-                return Ok(Some((queue_type, exchange)));
+                return Ok(Some((
+                    declaration.queue_type,
+                    declaration.dead_letter_exchange,
+                )));
             }
             Err(AmqpError::Precondition { .. }) => {}
             Err(error) => return Err(error.into()),
