@@ -438,3 +438,45 @@ async fn a_clean_redis_queue_has_no_findings_and_text_output_says_so() {
     assert_eq!(String::from_utf8_lossy(&text.stderr).trim(), "no findings");
     assert_eq!(kept, [framed]);
 }
+
+#[tokio::test]
+async fn without_queue_names_every_redis_queue_of_either_layout_is_examined() {
+    let url = polyq_testkit::redis_url();
+    let mut connection = redis().await;
+    let queue = unique_name("doctor.redis-scan");
+    let laravel_delayed = format!("queues:{queue}:delayed");
+    let [forbidden, ..] = planted_bodies();
+    rpush(&mut connection, &queue, &forbidden).await;
+    let _: u64 = redis::cmd("ZADD")
+        .arg(&laravel_delayed)
+        .arg(1)
+        .arg(VALID)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+
+    let (findings, _) = doctor(&url, &[]);
+    del(&mut connection, &[queue.clone(), laravel_delayed]).await;
+
+    let ours: Vec<&Value> = findings
+        .iter()
+        .filter(|f| {
+            let subject = f["subject"].as_str().unwrap();
+            subject == format!("queue {queue}") || subject.starts_with(&format!("queue {queue},"))
+        })
+        .collect();
+    let rules: BTreeSet<&str> = ours.iter().map(|f| f["rule"].as_str().unwrap()).collect();
+    assert_eq!(
+        rules,
+        BTreeSet::from(["babelqueue/forbidden-key", "babelqueue/mixed-redis-layouts"]),
+        "{findings:?}"
+    );
+}
+
+#[test]
+fn rabbitmq_needs_queue_names() {
+    let url = polyq_testkit::amqp_url();
+    let output = polyq(&["doctor", "--url", &url]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--queue"));
+}

@@ -2,6 +2,7 @@
 //! rules find. Reading the broker is here; judging is in `acemq::doctor` and
 //! `babelqueue::doctor`.
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use acemq::doctor::{self as ace, Estate, Finding};
@@ -22,8 +23,9 @@ pub(crate) struct Doctor {
     /// The broker: amqp://, amqps:// (RabbitMQ) or redis:// (BabelQueue, both key layouts).
     #[arg(long)]
     url: String,
-    /// A queue to examine; repeat for more.
-    #[arg(long = "queue", value_name = "QUEUE", required = true)]
+    /// A queue to examine; repeat for more. Required on RabbitMQ (AMQP 0-9-1 cannot list
+    /// queues); on Redis every queue of either layout is examined without it.
+    #[arg(long = "queue", value_name = "QUEUE")]
     queues: Vec<String>,
     /// On RabbitMQ, whose contract the queues follow. Redis queues are BabelQueue's.
     #[arg(long, value_enum, default_value_t = Family::Acemq)]
@@ -94,6 +96,10 @@ async fn amqp_findings(
     doctor: &Doctor,
     policy: Option<&RetryPolicy>,
 ) -> anyhow::Result<Vec<Finding>> {
+    anyhow::ensure!(
+        !doctor.queues.is_empty(),
+        "name the queues with --queue: AMQP 0-9-1 cannot list a broker's queues"
+    );
     let client = connect(doctor).await?;
     let found = amqp_queues(&client, doctor, policy).await;
     client.close().await.ok();
@@ -236,8 +242,15 @@ async fn redis_findings(doctor: &Doctor) -> anyhow::Result<Vec<Finding>> {
         .await
         .with_context(|| format!("--url {}", polyq_amqp::redact_url(&doctor.url)))?;
     let options = redis.options();
+    let queues = if doctor.queues.is_empty() {
+        let keys = redis.scan_queue_keys().await?;
+        let names: BTreeSet<&str> = keys.iter().map(|key| options.queue_of_key(key)).collect();
+        names.into_iter().map(str::to_owned).collect()
+    } else {
+        doctor.queues.clone()
+    };
     let mut findings = Vec::new();
-    for queue in &doctor.queues {
+    for queue in &queues {
         let state = QueueState {
             queue: None,
             dead_letter_queue: None,

@@ -144,6 +144,36 @@ impl RedisTransport {
         Ok(values.into_iter().map(Bytes::from).collect())
     }
 
+    /// Every key holding a list or a sorted set, the types both layouts keep queues in,
+    /// found with `SCAN ... TYPE` (incremental, no `KEYS`); pair with
+    /// [`RedisOptions::queue_of_key`] to name the queues.
+    pub async fn scan_queue_keys(&self) -> crate::Result<Vec<String>> {
+        let mut keys = Vec::new();
+        for kind in ["list", "zset"] {
+            let mut cursor = 0_u64;
+            loop {
+                let scan = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .arg("TYPE")
+                    .arg(kind)
+                    .clone();
+                let (next, found): (u64, Vec<String>) = self
+                    .inner
+                    .connection
+                    .query(&scan, || format!("scan for {kind} keys"))
+                    .await?;
+                keys.extend(found);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
+    }
+
     /// Whether any of `keys` exists (`EXISTS`).
     pub async fn any_exists(&self, keys: &[String]) -> crate::Result<bool> {
         let count: u64 = self

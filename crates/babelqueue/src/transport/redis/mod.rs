@@ -26,6 +26,9 @@ pub use crate::error::RedisErrorKind;
 pub use default_layout::{RedisReceipt, RedisTransport};
 pub use laravel::{LaravelReceipt, LaravelTransport};
 
+/// The keys the Laravel layout keeps beside a queue's ready list, by suffix.
+const LARAVEL_SUFFIXES: [&str; 3] = [":notify", ":reserved", ":delayed"];
+
 /// Settings shared by both Redis layouts. Every setter documents its default; the defaults are
 /// the Python SDK's, so a Rust worker and a Python worker on one queue agree.
 ///
@@ -190,16 +193,37 @@ impl RedisOptions {
         ]
     }
 
-    /// The keys the Laravel layout keeps for `queue`: the ready list, then its `:notify`,
-    /// `:reserved` and `:delayed` keys.
+    /// The keys the Laravel layout keeps for `queue`: its `:notify`, `:reserved` and
+    /// `:delayed` keys, then the ready list.
     pub fn laravel_layout_keys(&self, queue: &str) -> [String; 4] {
         let ready = self.laravel_key(queue);
-        [
-            format!("{ready}:notify"),
-            format!("{ready}:reserved"),
-            format!("{ready}:delayed"),
-            ready,
-        ]
+        let [notify, reserved, delayed] = LARAVEL_SUFFIXES.map(|suffix| format!("{ready}{suffix}"));
+        [notify, reserved, delayed, ready]
+    }
+
+    /// The queue name a key of either layout belongs to: the Laravel prefix and each layout's
+    /// key suffixes taken off. For a tool that finds queues by scanning keys.
+    ///
+    /// ```
+    /// use babelqueue::transport::redis::RedisOptions;
+    ///
+    /// let options = RedisOptions::new();
+    /// assert_eq!(options.queue_of_key("queues:jobs:delayed"), "jobs");
+    /// assert_eq!(options.queue_of_key("jobs:processing:deadlines"), "jobs");
+    /// assert_eq!(options.queue_of_key("jobs.dlq"), "jobs.dlq");
+    /// ```
+    pub fn queue_of_key<'k>(&self, key: &'k str) -> &'k str {
+        if let Some(laravel) = key.strip_prefix(self.key_prefix.as_str()) {
+            return LARAVEL_SUFFIXES
+                .iter()
+                .find_map(|suffix| laravel.strip_suffix(suffix))
+                .unwrap_or(laravel);
+        }
+        let processing = self.processing_suffix.as_str();
+        key.strip_suffix(":deadlines")
+            .and_then(|rest| rest.strip_suffix(processing))
+            .or_else(|| key.strip_suffix(processing))
+            .unwrap_or(key)
     }
 
     fn validate(&self) -> crate::Result<()> {
@@ -341,6 +365,14 @@ mod tests {
             .key_prefix("app:");
         assert_eq!(custom.processing_key("jobs"), "jobs:busy");
         assert_eq!(custom.laravel_key("jobs"), "app:jobs");
+        for key in custom
+            .default_layout_keys("jobs")
+            .into_iter()
+            .chain(custom.laravel_layout_keys("jobs"))
+        {
+            assert_eq!(custom.queue_of_key(&key), "jobs", "{key}");
+        }
+        assert_eq!(custom.queue_of_key("queues:jobs"), "queues:jobs");
     }
 
     #[test]
