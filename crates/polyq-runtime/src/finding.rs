@@ -27,7 +27,8 @@ impl Severity {
 
 impl fmt::Display for Severity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        // `pad` so that a width lines findings up in a column.
+        f.pad(self.as_str())
     }
 }
 
@@ -101,5 +102,6 @@ mod tests {
         );
         assert!(!finding.is_error());
         assert_eq!(Severity::Error.to_string(), "error");
+        assert_eq!(format!("{:<7}|", Severity::Info), "info   |");
     }
 }

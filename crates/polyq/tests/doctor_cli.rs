@@ -225,8 +225,16 @@ async fn a_classic_source_queue_is_a_warning_and_alone_exits_zero() {
     .await;
 
     let (findings, ok) = doctor(&url, &["--queue", &queue]);
+    let text = polyq(&["doctor", "--url", &url, "--queue", &queue]);
     delete(&client, &declared).await;
 
+    let line = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        line.starts_with(&format!("warning acemq/source-not-quorum queue {queue}: ")),
+        "{line}"
+    );
+    assert!(line.contains("(fix: declare a quorum queue"), "{line}");
+    assert!(text.status.success());
     assert_eq!(
         rules(&findings),
         BTreeSet::from(["acemq/source-not-quorum".to_owned()])
