@@ -31,6 +31,8 @@ enum Command {
     /// A timeline of AceMQ and BabelQueue at work: retries, dead-letters, parking, poison and a
     /// redrive, on the embedded broker unless --url names another.
     Demo(cli::demo::Demo),
+    /// Lints queues against both contracts without consuming them; exit status 1 on an error.
+    Doctor(cli::doctor::Doctor),
     /// Benchmarks measured side by side against the raw client in one run.
     Bench {
         #[command(subcommand)]
@@ -78,6 +80,7 @@ async fn main() -> ExitCode {
         Command::Babel { command } => cli::babel::run(command).await,
         Command::Bench { command } => cli::bench::run(command).await,
         Command::Demo(demo) => cli::demo::run(demo).await,
+        Command::Doctor(doctor) => cli::doctor::run(doctor).await,
     };
     match outcome {
         Ok(code) => code,

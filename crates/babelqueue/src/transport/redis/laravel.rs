@@ -140,7 +140,7 @@ impl LaravelTransport {
     /// The ready list of `queue`: `<prefix><queue>`, e.g. `queues:orders`; the other keys add
     /// `:notify`, `:reserved` and `:delayed` to it.
     pub fn key(&self, queue: &str) -> String {
-        format!("{}{queue}", self.inner.options.key_prefix)
+        self.inner.options.laravel_key(queue)
     }
 
     /// Migrates what is due, then reserves the head of `queue`; `None` when it is empty.
