@@ -118,6 +118,9 @@
 mod contract;
 mod error;
 pub mod inspect;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod outbox;
 pub mod patterns;
 mod runtime;
 
