@@ -104,6 +104,9 @@ pub mod dead_letter;
 mod error;
 pub mod idempotency;
 pub mod inspect;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod outbox;
 pub mod projection;
 pub mod redrive;
 pub mod schema;
