@@ -29,6 +29,11 @@ enum Command {
     /// A timeline of AceMQ and BabelQueue at work: retries, dead-letters, parking, poison and a
     /// redrive, on the embedded broker unless --url names another.
     Demo(cli::demo::Demo),
+    /// The transactional outbox of either family on PostgreSQL: its status, or a relay.
+    Outbox {
+        #[command(subcommand)]
+        command: cli::outbox::Command,
+    },
     /// Benchmarks measured side by side against the raw client in one run.
     Bench {
         #[command(subcommand)]
@@ -57,6 +62,7 @@ async fn main() -> ExitCode {
         Command::Acemq { command } => cli::acemq::run(command).await,
         Command::Babel { command } => cli::babel::run(command).await,
         Command::Bench { command } => cli::bench::run(command).await,
+        Command::Outbox { command } => cli::outbox::run(command).await,
         Command::Demo(demo) => cli::demo::run(demo).await,
     };
     match outcome {

@@ -101,6 +101,17 @@ impl Outbox {
         self.table.migrate(db).await
     }
 
+    /// Pending and failed rows and the lag, counting a row as failed once it used up
+    /// [`DEFAULT_MAX_ATTEMPTS`] (a relay's [`OutboxRelay::status`] uses its own limit).
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn status(&self, db: &PgPool) -> Result<OutboxStatus, OutboxError> {
+        self.table
+            .status(db, i32::try_from(DEFAULT_MAX_ATTEMPTS).unwrap_or(i32::MAX))
+            .await
+    }
+
     /// Writes the message a send of `payload` through `publisher` would put on the wire, in
     /// the caller's transaction `tx` (pass `&mut tx` for a `sqlx::Transaction`). Returns the
     /// envelope as it will be sent; its message id is the row's id.
