@@ -1,8 +1,9 @@
 -- The BabelQueue transactional outbox, ADR-0029 (PostgreSQL).
 --
--- The layout of the PHP SDK's outbox table (`babelqueue_outbox`: id, queue, body, status,
--- attempts, last_error, created_at, published_at, failed_at), so a PHP writer and a Rust relay
--- (or the reverse) can share one table. `body` is the frozen wire envelope, byte for byte; the
+-- The layout of the upstream PHP outbox table (`babelqueue_outbox` in BabelQueue's
+-- `outbox-initorm/schema.sql` example, PostgreSQL variant: id, queue, body, status, attempts,
+-- last_error, created_at, published_at, failed_at), so a PHP writer and a Rust relay (or the
+-- reverse) can share one table. `body` is the frozen wire envelope, byte for byte; the
 -- other columns are the relay's bookkeeping and never travel. `status` is 'pending',
 -- 'published', or 'failed' for a row the relay can never publish (a malformed body or queue).
 --

@@ -7,8 +7,8 @@
 //! rolls back. [`OutboxRelay`] publishes the stored bytes verbatim through any binding.
 //!
 //! The table is created by [`PgOutboxStore::migrate`] from
-//! `migrations/postgres/0001_outbox.sql`: the PHP SDK's `babelqueue_outbox` layout with a lease
-//! column added (see `docs/INTEROP.md`).
+//! `migrations/postgres/0001_outbox.sql`: the upstream PHP `babelqueue_outbox` layout with a
+//! lease column added (see `docs/INTEROP.md`).
 //!
 //! ```no_run
 //! # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {

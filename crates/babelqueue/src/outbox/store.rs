@@ -50,7 +50,7 @@ pub enum Failure {
     Permanent,
 }
 
-/// The outbox table on PostgreSQL, in the PHP SDK's layout (see the migration).
+/// The outbox table on PostgreSQL, in the upstream PHP outbox layout (see the migration).
 #[derive(Debug, Clone)]
 pub struct PgOutboxStore {
     db: PgPool,
