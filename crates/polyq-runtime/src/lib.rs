@@ -34,6 +34,7 @@
 //! ```
 
 mod chain;
+pub mod outbox;
 mod panic;
 mod shutdown;
 

@@ -39,10 +39,11 @@ mod store;
 use sqlx::{PgConnection, PgPool};
 
 pub use error::OutboxError;
+pub use polyq_runtime::outbox::OutboxStatus;
 pub use relay::{
     DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, OutboxRelay, OutboxRelayBuilder, RelayPass,
 };
-pub use store::{DEFAULT_TABLE, OutboxStatus};
+pub use store::DEFAULT_TABLE;
 
 use crate::contract::codec::Encode;
 use crate::runtime::telemetry;

@@ -9,7 +9,9 @@ use sqlx::PgPool;
 
 use crate::AceMq;
 use crate::outbox::error::OutboxError;
-use crate::outbox::store::{DEFAULT_TABLE, Failure, OutboxStatus, Table};
+use polyq_runtime::outbox::{OutboxStatus, linear_backoff, relay_until_stopped};
+
+use crate::outbox::store::{DEFAULT_TABLE, Failure, Table};
 use crate::runtime::telemetry::{OUTBOX_LAG, OUTBOX_TOTAL};
 
 /// Rows claimed per pass unless [`OutboxRelayBuilder::batch_size`] says otherwise.
@@ -283,21 +285,16 @@ impl OutboxRelay {
     /// less by [`OutboxRelayBuilder::poll_interval`]. A failing database is logged and tried
     /// again after the interval. The pass under way when the stop comes is finished.
     pub async fn run(&self, shutdown: Shutdown) {
-        while !shutdown.is_stopping() {
-            let full = match self.flush().await {
+        relay_until_stopped(&shutdown, self.poll_interval, || async {
+            match self.flush().await {
                 Ok(pass) => pass.claimed as i64 >= self.batch_size,
                 Err(error) => {
                     tracing::warn!(table = self.table.name(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
                     false
                 }
-            };
-            if !full {
-                tokio::select! {
-                    () = tokio::time::sleep(self.poll_interval) => {}
-                    () = shutdown.stopping() => {}
-                }
             }
-        }
+        })
+        .await;
     }
 
     /// Pending and failed rows and the lag.
@@ -325,9 +322,7 @@ impl OutboxRelay {
     }
 
     fn backoff_for(&self, prior_attempts: i32) -> Duration {
-        let steps = u32::try_from(prior_attempts).unwrap_or(0).saturating_add(1);
-        self.backoff_step
-            .saturating_mul(steps)
-            .min(self.backoff_cap)
+        let prior = u32::try_from(prior_attempts).unwrap_or(0);
+        linear_backoff(self.backoff_step, self.backoff_cap, prior)
     }
 }

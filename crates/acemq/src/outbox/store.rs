@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use polyq_runtime::outbox::OutboxStatus;
 use sqlx::{PgConnection, PgPool, Row};
 
 use crate::outbox::error::OutboxError;
@@ -19,11 +20,7 @@ pub(crate) struct Table(String);
 
 impl Table {
     pub fn new(name: &str) -> Result<Self, OutboxError> {
-        let mut chars = name.chars();
-        let plain = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && name.len() <= 63;
-        if plain {
+        if polyq_runtime::outbox::is_plain_sql_identifier(name) {
             Ok(Self(name.to_owned()))
         } else {
             Err(OutboxError::InvalidTable(name.to_owned()))
@@ -203,12 +200,11 @@ impl Table {
         .await
         .map_err(self.failed("read the status of"))?;
         let read = || -> Result<OutboxStatus, sqlx::Error> {
-            let age: Option<f64> = row.try_get("age")?;
-            Ok(OutboxStatus {
-                pending: row.try_get::<i64, _>("pending")?.try_into().unwrap_or(0),
-                failed: row.try_get::<i64, _>("failed")?.try_into().unwrap_or(0),
-                oldest_pending_age: age.map(|secs| Duration::from_secs_f64(secs.max(0.0))),
-            })
+            Ok(OutboxStatus::from_sql(
+                row.try_get("pending")?,
+                row.try_get("failed")?,
+                row.try_get("age")?,
+            ))
         };
         read().map_err(self.failed("read the status of"))
     }
@@ -221,18 +217,6 @@ pub(crate) enum Failure {
     Retry { backoff: Duration },
     /// The row can never be published as it is.
     Permanent { max_attempts: i32 },
-}
-
-/// What the outbox holds that is not yet published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct OutboxStatus {
-    /// Rows the relay will still publish.
-    pub pending: u64,
-    /// Rows the relay gave up on (out of attempts or unpublishable); each has its `last_error`.
-    pub failed: u64,
-    /// How long the oldest pending row has waited: the relay's lag, and what
-    /// `acemq.outbox.lag` reports. `None` when nothing is pending.
-    pub oldest_pending_age: Option<Duration>,
 }
 
 /// The reason as stored: bounded, since a wrapped error chain can be long and a broker's reason

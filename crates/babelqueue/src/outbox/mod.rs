@@ -42,8 +42,9 @@ mod store;
 use sqlx::PgConnection;
 
 pub use error::OutboxError;
+pub use polyq_runtime::outbox::OutboxStatus;
 pub use relay::{DEFAULT_BATCH_SIZE, FlushReport, OutboxRelay};
-pub use store::{DEFAULT_TABLE, Failure, OutboxRecord, OutboxStatus, PgOutboxStore};
+pub use store::{DEFAULT_TABLE, Failure, OutboxRecord, PgOutboxStore};
 
 use crate::Envelope;
 

@@ -7,7 +7,9 @@ use futures_util::future::join_all;
 use polyq_runtime::Shutdown;
 
 use crate::outbox::error::OutboxError;
-use crate::outbox::store::{Failure, OutboxRecord, OutboxStatus, PgOutboxStore};
+use polyq_runtime::outbox::{OutboxStatus, linear_backoff, relay_until_stopped};
+
+use crate::outbox::store::{Failure, OutboxRecord, PgOutboxStore};
 use crate::transport::Transport;
 use crate::whitespace::is_blank;
 
@@ -171,21 +173,16 @@ impl<T: Transport> OutboxRelay<T> {
     /// at once, any other by [`OutboxRelay::poll_interval`]. A failing database is logged and
     /// tried again after the interval. The pass under way when the stop comes is finished.
     pub async fn run(&self, shutdown: Shutdown) {
-        while !shutdown.is_stopping() {
-            let full = match self.flush().await {
+        relay_until_stopped(&shutdown, self.poll_interval, || async {
+            match self.flush().await {
                 Ok(pass) => pass.published + pass.failed >= self.batch_size,
                 Err(error) => {
                     tracing::warn!(table = self.store.table(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
                     false
                 }
-            };
-            if !full {
-                tokio::select! {
-                    () = tokio::time::sleep(self.poll_interval) => {}
-                    () = shutdown.stopping() => {}
-                }
             }
-        }
+        })
+        .await;
     }
 
     /// Pending and failed rows and the lag.
@@ -197,10 +194,8 @@ impl<T: Transport> OutboxRelay<T> {
     }
 
     fn backoff_for(&self, prior_attempts: i32) -> Duration {
-        let steps = u32::try_from(prior_attempts).unwrap_or(0).saturating_add(1);
-        self.backoff_step
-            .saturating_mul(steps)
-            .min(self.backoff_cap)
+        let prior = u32::try_from(prior_attempts).unwrap_or(0);
+        linear_backoff(self.backoff_step, self.backoff_cap, prior)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use polyq_runtime::outbox::OutboxStatus;
 use sqlx::{PgConnection, PgPool, Row};
 
 use crate::outbox::error::OutboxError;
@@ -23,19 +24,6 @@ pub struct OutboxRecord {
     pub body: String,
     /// Failed publishes so far.
     pub attempts: i32,
-}
-
-/// What the outbox holds that is not yet published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct OutboxStatus {
-    /// Rows still to publish.
-    pub pending: u64,
-    /// Rows marked `failed`: they can never be published as they are; each has its
-    /// `last_error`.
-    pub failed: u64,
-    /// How long the oldest pending row has waited: the relay's lag. `None` when nothing is
-    /// pending.
-    pub oldest_pending_age: Option<Duration>,
 }
 
 /// How a failed publish is marked.
@@ -227,12 +215,11 @@ impl PgOutboxStore {
         .await
         .map_err(self.failed("read the status of"))?;
         let read = || -> Result<OutboxStatus, sqlx::Error> {
-            let age: Option<f64> = row.try_get("age")?;
-            Ok(OutboxStatus {
-                pending: row.try_get::<i64, _>("pending")?.try_into().unwrap_or(0),
-                failed: row.try_get::<i64, _>("failed")?.try_into().unwrap_or(0),
-                oldest_pending_age: age.map(|secs| Duration::from_secs_f64(secs.max(0.0))),
-            })
+            Ok(OutboxStatus::from_sql(
+                row.try_get("pending")?,
+                row.try_get("failed")?,
+                row.try_get("age")?,
+            ))
         };
         read().map_err(self.failed("read the status of"))
     }
@@ -260,11 +247,7 @@ pub(crate) async fn save(
 
 /// `table` when it is a plain SQL identifier: it reaches SQL by interpolation.
 pub(crate) fn checked_table(table: &str) -> Result<String, OutboxError> {
-    let mut chars = table.chars();
-    let plain = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && table.len() <= 63;
-    if plain {
+    if polyq_runtime::outbox::is_plain_sql_identifier(table) {
         Ok(table.to_owned())
     } else {
         Err(OutboxError::InvalidTable(table.to_owned()))
