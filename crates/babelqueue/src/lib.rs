@@ -83,6 +83,8 @@
 //!   `memory://` is always available.
 //! - `redis` (default): the Redis transport (`redis://`, `rediss://`), both layouts, and the
 //!   conformance runner's `redis` section.
+//! - `postgres`: the transactional outbox of ADR-0029 on PostgreSQL through `sqlx` (module
+//!   `outbox`: `Outbox::write` in the caller's transaction, `PgOutboxStore`, `OutboxRelay`).
 //!
 //! # Further reading
 //!
