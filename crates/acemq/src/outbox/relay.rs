@@ -257,7 +257,11 @@ impl OutboxRelay {
             .await?;
         pass.published = published.len();
         metrics::counter!(OUTBOX_TOTAL, "outcome" => "published").increment(pass.published as u64);
-        let lag = self.status().await?.oldest_pending_age.unwrap_or_default();
+        let lag = self
+            .table
+            .lag(&self.db, self.max_attempts)
+            .await?
+            .unwrap_or_default();
         metrics::gauge!(OUTBOX_LAG).set(lag.as_secs_f64());
         Ok(pass)
     }

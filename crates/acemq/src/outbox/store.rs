@@ -182,6 +182,26 @@ impl Table {
         Ok(())
     }
 
+    /// The age of the oldest pending row, without counting: the relay reads it after every
+    /// pass, and the minimum is the first entry of the pending index where a count would read
+    /// every pending row.
+    pub async fn lag(
+        &self,
+        db: &PgPool,
+        max_attempts: i32,
+    ) -> Result<Option<Duration>, OutboxError> {
+        let age: Option<f64> = sqlx::query_scalar(&format!(
+            "SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 FROM {} \
+             WHERE published_at IS NULL AND attempts < $1",
+            self.0
+        ))
+        .bind(max_attempts)
+        .fetch_one(db)
+        .await
+        .map_err(self.failed("read the lag of"))?;
+        Ok(age.map(|secs| Duration::from_secs_f64(secs.max(0.0))))
+    }
+
     /// Pending and failed counts and the age of the oldest pending row.
     pub async fn status(
         &self,
