@@ -5,15 +5,76 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use acemq::Envelope;
 use acemq::outbox::{Outbox, OutboxRelay};
 use common::{Env, LIMIT};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use polyq_amqp::QueueSpec;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
+
+/// The recorder of this test binary, and what its snapshots showed so far: a snapshot resets
+/// counters, so every test reads through this one accumulator.
+struct Meters {
+    snapshotter: Snapshotter,
+    /// `acemq.outbox.total` by table and outcome, `acemq.outbox.lag` by table.
+    seen: Mutex<(HashMap<(String, String), u64>, HashMap<String, f64>)>,
+}
+
+fn meters() -> &'static Meters {
+    static METERS: OnceLock<Meters> = OnceLock::new();
+    METERS.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this test binary");
+        Meters {
+            snapshotter,
+            seen: Mutex::new(Default::default()),
+        }
+    })
+}
+
+/// `acemq.outbox.total` by outcome, and the last `acemq.outbox.lag`, for `table`.
+fn outbox_meters(table: &str) -> (u64, u64, Option<f64>) {
+    let meters = meters();
+    let mut seen = meters.seen.lock().unwrap();
+    let (totals, lags) = &mut *seen;
+    for (key, _, _, value) in meters.snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let label = |name: &str| {
+            key.labels()
+                .find(|l| l.key() == name)
+                .map(|l| l.value().to_owned())
+        };
+        let Some(of) = label("table") else { continue };
+        match (key.name(), value, label("outcome")) {
+            ("acemq.outbox.total", DebugValue::Counter(n), Some(outcome)) => {
+                *totals.entry((of, outcome)).or_default() += n;
+            }
+            ("acemq.outbox.lag", DebugValue::Gauge(value), None) => {
+                lags.insert(of, value.into_inner());
+            }
+            _ => {}
+        }
+    }
+    let total = |outcome: &str| {
+        totals
+            .get(&(table.to_owned(), outcome.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    };
+    (
+        total("published"),
+        total("failed"),
+        lags.get(table).copied(),
+    )
+}
 
 /// A unique outbox table and business table, dropped by [`Tables::drop`].
 struct Tables {
@@ -198,6 +259,7 @@ async fn two_relays_never_publish_a_row_twice(env: &'static Env) {
 both!(two_relays_never_publish_a_row_twice);
 
 async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env) {
+    meters();
     let tables = Tables::new().await;
     let queue = env.queue("outbox-bad").await;
     sqlx::query(&format!(
@@ -232,6 +294,13 @@ async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env) {
     assert_eq!((status.pending, status.failed), (0, 1));
     // Not offered again.
     assert_eq!(relay.flush().await.unwrap().claimed, 0);
+    let (published, failed, lag) = outbox_meters(tables.outbox.table());
+    assert_eq!((published, failed), (1, 1));
+    assert_eq!(
+        lag,
+        Some(0.0),
+        "nothing is pending: the failed row is not lag"
+    );
     tables.drop().await;
 }
 both!(a_malformed_row_is_failed_and_the_rest_published);

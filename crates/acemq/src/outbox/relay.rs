@@ -32,8 +32,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 /// between the confirm and the mark publishes the row again, and consumers deduplicate on the
 /// message id.
 ///
-/// Meters: `acemq.outbox.total{outcome=published|failed}` per row and `acemq.outbox.lag` (seconds
-/// the oldest pending row has waited) per pass.
+/// Meters, tagged `table`: `acemq.outbox.total{outcome=published|failed}` per row and
+/// `acemq.outbox.lag` (seconds the oldest pending row has waited) after every pass.
 ///
 /// ```no_run
 /// # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -256,13 +256,14 @@ impl OutboxRelay {
             .mark_published(&self.db, &token, &published)
             .await?;
         pass.published = published.len();
-        metrics::counter!(OUTBOX_TOTAL, "outcome" => "published").increment(pass.published as u64);
+        metrics::counter!(OUTBOX_TOTAL, "outcome" => "published", "table" => self.table.name().to_owned())
+            .increment(pass.published as u64);
         let lag = self
             .table
             .lag(&self.db, self.max_attempts)
             .await?
             .unwrap_or_default();
-        metrics::gauge!(OUTBOX_LAG).set(lag.as_secs_f64());
+        metrics::gauge!(OUTBOX_LAG, "table" => self.table.name().to_owned()).set(lag.as_secs_f64());
         Ok(pass)
     }
 
@@ -320,7 +321,8 @@ impl OutboxRelay {
         self.table
             .mark_failed(&self.db, token, id, reason, failure)
             .await?;
-        metrics::counter!(OUTBOX_TOTAL, "outcome" => "failed").increment(1);
+        metrics::counter!(OUTBOX_TOTAL, "outcome" => "failed", "table" => self.table.name().to_owned())
+            .increment(1);
         pass.failed += 1;
         Ok(())
     }
