@@ -17,12 +17,18 @@ use polyq_amqp::QueueSpec;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
 
+/// `acemq.outbox.total` by table and outcome, and `acemq.outbox.lag` by table.
+#[derive(Default)]
+struct Seen {
+    totals: HashMap<(String, String), u64>,
+    lags: HashMap<String, f64>,
+}
+
 /// The recorder of this test binary, and what its snapshots showed so far: a snapshot resets
 /// counters, so every test reads through this one accumulator.
 struct Meters {
     snapshotter: Snapshotter,
-    /// `acemq.outbox.total` by table and outcome, `acemq.outbox.lag` by table.
-    seen: Mutex<(HashMap<(String, String), u64>, HashMap<String, f64>)>,
+    seen: Mutex<Seen>,
 }
 
 fn meters() -> &'static Meters {
@@ -44,7 +50,7 @@ fn meters() -> &'static Meters {
 fn outbox_meters(table: &str) -> (u64, u64, Option<f64>) {
     let meters = meters();
     let mut seen = meters.seen.lock().unwrap();
-    let (totals, lags) = &mut *seen;
+    let Seen { totals, lags } = &mut *seen;
     for (key, _, _, value) in meters.snapshotter.snapshot().into_vec() {
         let key = key.key();
         let label = |name: &str| {
