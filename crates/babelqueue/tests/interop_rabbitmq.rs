@@ -3,58 +3,29 @@
 
 mod runtime_support;
 
-use std::path::PathBuf;
-
 use babelqueue::MakeOptions;
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::worker::Job;
 use polyq_amqp::Properties;
+use polyq_testkit::brokers::TestBroker;
 use runtime_support::{IDLE, Scene, recorder};
 use serde_json::{Value, json};
 
 const URN: &str = "urn:babel:orders:created";
 const TRACE: &str = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b";
 
-fn python() -> String {
-    std::env::var("POLYQ_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "POLYQ_PYTHON is not set: run scripts/test (which sets it), or scripts/python-peer and \
-             export POLYQ_PYTHON=$PWD/.venv/bin/python"
-        )
-    })
-}
-
 /// Runs one command of tests/python/runtime_peer.py and returns its JSON answer.
 async fn peer(command: &str, args: Value) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/runtime_peer.py");
-    let output = tokio::process::Command::new(python())
-        .arg(script)
-        .arg(command)
-        .arg(args.to_string())
-        .output()
-        .await
-        .unwrap_or_else(|error| panic!("cannot run the Python peer: {error}"));
-    assert!(
-        output.status.success(),
-        "Python peer `{command}` failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!(
-            "Python peer `{command}` printed no JSON ({error}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
+    runtime_support::python_peer("runtime_peer.py", command, args).await
 }
 
-async fn scene() -> (Scene, String) {
-    let url = polyq_testkit::amqp_url();
-    (Scene::new(&url).await, url)
+/// A scene on the test's RabbitMQ, and the URL the Python peer connects to.
+async fn scene(broker: &'static TestBroker) -> (Scene, &'static str) {
+    (Scene::new(broker).await, broker.url())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_publishes_rust_consumes() {
-    let (scene, url) = scene().await;
+async fn python_publishes_rust_consumes(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let sent = peer(
         "publish",
         json!({"url": url, "queue": scene.name(), "urn": URN, "data": {"order_id": 1042, "note": "café ☕"},
@@ -82,12 +53,10 @@ async fn python_publishes_rust_consumes() {
     assert_eq!(meta.queue(), Some(scene.name()));
     assert_eq!(job.header("traceparent"), Some("00-py-01"));
     assert_eq!(job.attempts(), 0);
-    scene.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rust_publishes_python_consumes() {
-    let (scene, url) = scene().await;
+async fn rust_publishes_python_consumes(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let sent = scene
         .queue
         .publish_with(
@@ -116,12 +85,10 @@ async fn rust_publishes_python_consumes() {
     assert_eq!(job["headers"]["traceparent"], "00-rs-01");
     assert_eq!(job["headers"]["x-schema-version"], "1");
     assert_eq!(job["replay"], false);
-    scene.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rust_dead_letters_python_redrives() {
-    let (scene, url) = scene().await;
+async fn rust_dead_letters_python_redrives(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let sent = scene.queue.publish(URN, &json!({"n": 1})).await.unwrap();
     let report = scene
         .queue
@@ -164,12 +131,10 @@ async fn rust_dead_letters_python_redrives() {
     assert_eq!(job.attempts(), 0);
     assert!(job.envelope().dead_letter_raw().is_none());
     assert_eq!(job.meta(), sent.meta());
-    scene.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_dead_letters_rust_redrives() {
-    let (scene, url) = scene().await;
+async fn python_dead_letters_rust_redrives(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let sent = peer(
         "publish",
         json!({"url": url, "queue": scene.name(), "urn": URN, "data": {"n": 2}, "trace_id": TRACE}),
@@ -208,12 +173,10 @@ async fn python_dead_letters_rust_redrives() {
     assert!(job["envelope"].get("dead_letter").is_none(), "{answer}");
     assert_eq!(job["meta"]["lang"], "python");
     assert_eq!(job["data"], json!({"n": 2}));
-    scene.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_keys_survive_a_rust_retry_and_python_sees_them() {
-    let (scene, url) = scene().await;
+async fn unknown_keys_survive_a_rust_retry_and_python_sees_them(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let body = format!(
         r#"{{"job":"{URN}","trace_id":"{TRACE}","data":{{"n":1}},"meta":{{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"{q}","lang":"go","schema_version":1,"created_at":1749132727000,"vendor_flag":{{}},"vendor_ctx":{{"k":[1,true]}}}},"attempts":0,"extra_top":"kept"}}"#,
         q = scene.name()
@@ -244,5 +207,14 @@ async fn unknown_keys_survive_a_rust_retry_and_python_sees_them() {
     assert_eq!(answer["jobs"][0]["headers"]["x-attempts"], "1");
     // Nothing was dead-lettered on the way.
     assert!(scene.poll(&scene.dlq()).await.is_none());
-    scene.cleanup().await;
 }
+
+polyq_testkit::both_brokers!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    rabbitmq only;
+    python_publishes_rust_consumes,
+    rust_publishes_python_consumes,
+    rust_dead_letters_python_redrives,
+    python_dead_letters_rust_redrives,
+    unknown_keys_survive_a_rust_retry_and_python_sees_them,
+);

@@ -40,6 +40,10 @@ pub struct ClientOptions {
     pub reconnect_initial: Duration,
     /// Cap of the reconnect delay. Default 5 s.
     pub reconnect_max: Duration,
+    /// How long a publish waits while the broker blocks the connection (RabbitMQ's memory and
+    /// disk alarms) before failing with [`Error::Blocked`]. Default 30 s, as in the Java
+    /// library. The embedded broker has no alarms, so it never waits.
+    pub blocked_timeout: Duration,
     /// Trusted authorities and client certificate of an `amqps://` connection. Default: the
     /// system's roots, no client certificate.
     pub tls: TlsOptions,
@@ -52,6 +56,7 @@ impl Default for ClientOptions {
             recovery_wait: Duration::from_secs(30),
             reconnect_initial: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            blocked_timeout: Duration::from_secs(30),
             tls: TlsOptions::default(),
         }
     }
@@ -74,6 +79,12 @@ impl ClientOptions {
     pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.reconnect_initial = initial;
         self.reconnect_max = max;
+        self
+    }
+
+    /// Sets how long a publish waits for the broker to unblock the connection (default 30 s).
+    pub fn blocked_timeout(mut self, timeout: Duration) -> Self {
+        self.blocked_timeout = timeout;
         self
     }
 
@@ -442,7 +453,9 @@ impl Future for Confirm {
     }
 }
 
-/// Settles one delivery.
+/// Settles one delivery. Dropped unsettled, it requeues the delivery (`nack` with requeue) so
+/// that it is delivered again, flagged `redelivered`, instead of being held until its channel
+/// or connection closes; dropped after a settlement, it does nothing.
 #[derive(Debug)]
 pub struct Acker {
     inner: AckerInner,
@@ -514,8 +527,8 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
-    /// Stops the consumer. Deliveries not yet settled stay unacknowledged until settled or
-    /// until the channel closes.
+    /// Stops the consumer. Deliveries not yet settled stay unacknowledged until they are settled
+    /// or dropped (which requeues them), or until the channel closes.
     pub async fn cancel(self) -> Result<()> {
         match self.inner {
             ConsumerInner::Memory(consumer) => consumer.cancel().await,

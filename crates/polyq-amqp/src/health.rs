@@ -17,7 +17,9 @@ pub enum Health {
         generation: u64,
         /// The broker's reason while it blocks publishing on this connection
         /// (`connection.blocked`, for instance on a memory or disk alarm); `None` otherwise.
-        /// Publishes wait while it is blocked; consuming carries on.
+        /// Publishes wait while it is blocked, up to
+        /// [`ClientOptions::blocked_timeout`](crate::ClientOptions::blocked_timeout); consuming
+        /// carries on.
         blocked: Option<String>,
     },
     /// The connection was lost and is being re-established; operations wait for it (up to

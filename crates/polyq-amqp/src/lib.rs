@@ -45,6 +45,20 @@
 //! # Feature flags
 //!
 //! - `amqp` (default): `amqp://` and `amqps://` over lapin. Without it, only `memory://`.
+//!
+//! # Logging
+//!
+//! This crate logs through `tracing` by exchange, queue, routing key, ids and reply codes, never
+//! a message body or a header value, and never a password. lapin, underneath, logs every
+//! message the broker returns with its whole content (body bytes, headers) at `warn`, under the
+//! target `lapin::returned_messages`; a library cannot filter its application's subscriber, so
+//! add [`LAPIN_RETURN_LOG_OFF`] to yours. This crate logs each return itself, without content:
+//!
+//! ```
+//! let filter = tracing_subscriber::EnvFilter::new("warn")
+//!     .add_directive(polyq_amqp::LAPIN_RETURN_LOG_OFF.parse().expect("a valid directive"));
+//! # drop(filter);
+//! ```
 
 #[cfg(feature = "amqp")]
 mod amqp;
@@ -59,6 +73,11 @@ mod redact;
 mod tls;
 mod topology;
 mod value;
+
+/// The `tracing` filter directive that silences lapin's log line for a returned message, which
+/// holds the message's body and header values: add it to the application's subscriber (see
+/// [Logging](crate#logging)).
+pub const LAPIN_RETURN_LOG_OFF: &str = "lapin::returned_messages=off";
 
 pub use client::{Acker, Client, ClientOptions, Confirm, ConsumeOptions, Consumer};
 pub use error::{Error, Result, SourceError, error_chain};

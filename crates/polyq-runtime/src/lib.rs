@@ -11,6 +11,7 @@
 //!   after it, the `after` call only for those whose `before` passed, every call panic-contained.
 //! - [`Shutdown`]: the stop signal a worker or consumer waits on, graceful or immediate, with
 //!   [`Shutdown::on_signals`] for SIGINT and SIGTERM.
+//! - [`Finding`] and [`Severity`]: what the contract doctors of both families report.
 //! - [`BoxError`]: the error an interceptor or handler returns when its type does not matter.
 //!
 //! Both crates re-export what their APIs take (`babelqueue::worker::Shutdown`,
@@ -35,10 +36,12 @@
 
 mod chain;
 pub mod outbox;
+mod finding;
 mod panic;
 mod shutdown;
 
 pub use chain::{Before, InterceptorChain, Refusal};
+pub use finding::{Finding, Severity};
 pub use panic::{Panic, catch_panic, catch_panic_sync, panic_message};
 pub use shutdown::Shutdown;
 

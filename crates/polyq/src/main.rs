@@ -1,8 +1,10 @@
 //! `polyq`: the operator and developer tool for AceMQ and BabelQueue estates.
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 mod cli;
 
@@ -34,11 +36,29 @@ enum Command {
         #[command(subcommand)]
         command: cli::outbox::Command,
     },
+    /// Lints queues against both contracts without consuming them; exit status 1 on an error.
+    Doctor(cli::doctor::Doctor),
     /// Benchmarks measured side by side against the raw client in one run.
     Bench {
         #[command(subcommand)]
         command: cli::bench::Command,
     },
+}
+
+/// The log filter: `POLYQ_LOG` when it is set and valid, `default` otherwise. lapin's line for a
+/// returned message, which prints its body and header values, stays off unless `POLYQ_LOG`
+/// names its target itself.
+fn log_filter(polyq_log: Option<&str>, default: &str) -> EnvFilter {
+    let given =
+        polyq_log.and_then(|directives| Some((EnvFilter::try_new(directives).ok()?, directives)));
+    let (filter, directives) = given.unwrap_or_else(|| (EnvFilter::new(default), default));
+    let off = polyq_amqp::LAPIN_RETURN_LOG_OFF;
+    let target = off.split_once('=').map_or(off, |(target, _)| target);
+    if directives.contains(target) {
+        filter
+    } else {
+        filter.add_directive(off.parse().expect("the directive is valid"))
+    }
 }
 
 #[tokio::main]
@@ -52,10 +72,12 @@ async fn main() -> ExitCode {
         _ => "warn,lapin::channel=off",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("POLYQ_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
+        .with_env_filter(log_filter(
+            std::env::var("POLYQ_LOG").ok().as_deref(),
+            default_filter,
+        ))
+        // Colour codes are noise in a file or a log collector.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let outcome = match command {
@@ -64,6 +86,7 @@ async fn main() -> ExitCode {
         Command::Bench { command } => cli::bench::run(command).await,
         Command::Outbox { command } => cli::outbox::run(command).await,
         Command::Demo(demo) => cli::demo::run(demo).await,
+        Command::Doctor(doctor) => cli::doctor::run(doctor).await,
     };
     match outcome {
         Ok(code) => code,
@@ -81,7 +104,7 @@ fn report(error: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::report;
+    use super::{log_filter, report};
 
     /// Every cause's own text appears exactly once in the line.
     fn assert_each_once(line: &str, causes: &[&str]) {
@@ -161,5 +184,16 @@ mod tests {
                 "connection refused",
             ],
         );
+    }
+
+    #[test]
+    fn lapins_return_line_stays_off_unless_polyq_log_names_it() {
+        let off = polyq_amqp::LAPIN_RETURN_LOG_OFF;
+        for given in [None, Some("debug"), Some("not a [valid filter")] {
+            let filter = log_filter(given, "warn").to_string();
+            assert!(filter.contains(off), "{given:?}: {filter}");
+        }
+        let named = log_filter(Some("lapin::returned_messages=warn"), "warn").to_string();
+        assert!(!named.contains(off), "{named}");
     }
 }

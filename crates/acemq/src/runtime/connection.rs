@@ -206,6 +206,7 @@ pub struct AceMqBuilder {
     client_name: String,
     max_outstanding_confirms: usize,
     recovery_wait: Duration,
+    blocked_timeout: Duration,
     tls: TlsOptions,
     publish_interceptors: InterceptorChain<dyn PublishInterceptor>,
     consume_interceptors: InterceptorChain<dyn ConsumeInterceptor>,
@@ -218,6 +219,7 @@ impl Default for AceMqBuilder {
             client_name: provenance::DEFAULT_CLIENT_NAME.to_owned(),
             max_outstanding_confirms: DEFAULT_MAX_OUTSTANDING_CONFIRMS,
             recovery_wait: Duration::from_secs(30),
+            blocked_timeout: ClientOptions::default().blocked_timeout,
             tls: TlsOptions::default(),
             publish_interceptors: InterceptorChain::new(),
             consume_interceptors: InterceptorChain::new(),
@@ -263,6 +265,15 @@ impl AceMqBuilder {
         self
     }
 
+    /// How long a publish waits while RabbitMQ blocks the connection (a memory or disk alarm)
+    /// before failing with [`polyq_amqp::Error::Blocked`], which names the broker's reason and
+    /// whether the message may have been published. Default 30 s, as in the Java library.
+    /// `memory://` never blocks.
+    pub fn blocked_timeout(mut self, timeout: Duration) -> Self {
+        self.blocked_timeout = timeout;
+        self
+    }
+
     /// The TLS settings of `amqps://`: authorities to trust beside the system's roots, a client
     /// certificate for a broker that verifies its clients. Default: neither. Connecting another
     /// URL with settings here fails.
@@ -302,6 +313,7 @@ impl AceMqBuilder {
         let options = ClientOptions::default()
             .connection_name(client_name.clone())
             .recovery_wait(self.recovery_wait)
+            .blocked_timeout(self.blocked_timeout)
             .tls(self.tls);
         let client = Client::connect_with(&self.url, options).await?;
         let transport = if client.url().starts_with("memory:") {

@@ -156,6 +156,20 @@ impl<T: Transport> Context<T> {
                 }
                 (Outcome::Succeeded, JobResult::Succeeded)
             }
+            Err(failure) if failure.hand_back => {
+                warn!(queue = %self.queue, urn, error = %failure.message, "the idempotency store did not answer: the message goes back unchanged, no attempt counted");
+                let outcome = self
+                    .release(receipt, self.settings.redelivery_pause, shutdown)
+                    .await;
+                let next = AfterFailure::HandedBack;
+                (
+                    outcome,
+                    JobResult::Failed {
+                        error: failure.message,
+                        next,
+                    },
+                )
+            }
             Err(failure) => {
                 let error = failure.message.clone();
                 let fault = Fault {
@@ -189,6 +203,7 @@ impl<T: Transport> Context<T> {
         let failure = Failure {
             message: format!("no handler is registered for URN {urn:?}"),
             exception: "UnknownUrn".to_owned(),
+            hand_back: false,
         };
         match self.settings.unknown_urn {
             UnknownUrn::Delete => {
@@ -304,10 +319,8 @@ impl<T: Transport> Context<T> {
         cause: String,
         shutdown: &Shutdown,
     ) -> Outcome {
-        if self.settings.unknown_urn == UnknownUrn::Delete {
-            warn!(queue = %self.queue, %cause, "dropping a poison message (unknown-URN strategy delete)");
-            return self.ack_dropped(receipt).await;
-        }
+        // Whatever the unknown-URN strategy says: that strategy is about messages that decode
+        // and name a URN nobody handles, and a body nobody can read is never dropped unseen.
         warn!(queue = %self.queue, %cause, "poison message: dead-lettering it on its first delivery");
         let block = DeadLetter::new(
             DeadLetterReason::Poison,
@@ -361,7 +374,8 @@ impl<T: Transport> Context<T> {
 
     /// After a failed settlement: the message goes back unchanged, after a pause so a broken
     /// dead-letter queue does not turn into a busy loop. When even that fails the reservation is
-    /// dropped unsettled, and the broker returns it (channel close, reservation deadline).
+    /// dropped unsettled: its receipt gives it back once more as it is dropped, and failing that
+    /// the broker returns it (channel close, reservation deadline).
     async fn hand_back(&self, receipt: &T::Receipt, shutdown: &Shutdown) -> Outcome {
         tokio::select! {
             () = tokio::time::sleep(self.settings.redelivery_pause) => {}

@@ -47,6 +47,7 @@ pub use interceptor::{AfterFailure, JobContext, JobInterceptor, JobResult};
 pub use job::{Job, REPLAY_BYPASS_HEADER};
 pub use polyq_runtime::{BoxError, Shutdown};
 
+use crate::idempotency::Idempotency;
 use crate::transport::Transport;
 use crate::{Error, Result};
 use dispatch::{Context, Outcome};
@@ -61,7 +62,8 @@ pub enum UnknownUrn {
     /// `unknown_urn`. The default in every SDK.
     #[default]
     Fail,
-    /// Acknowledged and dropped (logged).
+    /// Acknowledged and dropped (logged). Only a message that decodes is dropped: poison still
+    /// goes to the dead-letter queue as its poison record, unlike the reference's `delete`.
     Delete,
     /// Put back unchanged for another consumer, after the release delay.
     Release,
@@ -162,6 +164,41 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// Refuses what the setters take but a worker cannot run with, naming the option, the value
+    /// and what is allowed, rather than correcting it behind the caller's back.
+    fn validate(&self) -> Result<()> {
+        let invalid = |option, value: String, allowed: &str| {
+            Err(Error::InvalidOption {
+                option,
+                reason: format!("was {value}; {allowed}"),
+            })
+        };
+        if self.max_attempts == 0 {
+            return invalid(
+                "max_attempts",
+                "0".to_owned(),
+                "it must be at least 1 (1 dead-letters a failing message on its first failure)",
+            );
+        }
+        if self.concurrency == 0 {
+            return invalid(
+                "concurrency",
+                "0".to_owned(),
+                "it must be at least 1 handler at a time",
+            );
+        }
+        if let Some(multiplier) = self.backoff.invalid_multiplier() {
+            return invalid(
+                "backoff multiplier",
+                multiplier.to_string(),
+                "it must be a finite number of at least 1 (1 waits the same before every retry)",
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A worker over one queue: register handlers, set options, then [`Worker::run`] until stopped
 /// or [`Worker::consume`] a bounded number of messages.
 ///
@@ -216,6 +253,56 @@ impl<T: Transport> Worker<T> {
         self
     }
 
+    /// Dedupes the deliveries of every URN on `meta.id` (ADR-0022), except a URN given its own
+    /// option with [`Worker::idempotent_for`]. Default: none.
+    ///
+    /// An id already processed is acknowledged without running the handler; a failed handler
+    /// leaves its id unmarked, so retries and dead-lettering apply as without it; a message with
+    /// no `meta.id` runs. When the store cannot answer, or a claim stays with another consumer
+    /// past the wait, the message goes back to the broker unchanged after the redelivery pause,
+    /// no attempt counted (counted as released): it is never acknowledged or dropped for it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> babelqueue::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::time::Duration;
+    /// use babelqueue::{BabelQueue, MakeOptions};
+    /// use babelqueue::idempotency::{Idempotency, InMemoryStore};
+    ///
+    /// let queue = BabelQueue::builder("memory://doc-idempotent").queue("orders").connect().await?;
+    /// let order = babelqueue::make("urn:babel:orders:created", &serde_json::json!({}), MakeOptions::default())?;
+    /// queue.publish_envelope(&order, &[]).await?;
+    /// queue.publish_envelope(&order, &[]).await?; // the same meta.id again
+    ///
+    /// let runs = Arc::new(AtomicUsize::new(0));
+    /// let counted = runs.clone();
+    /// let report = queue
+    ///     .worker()
+    ///     .idempotent(Idempotency::seen_set(Arc::new(InMemoryStore::new())))
+    ///     .handle("urn:babel:orders:created", move |_job| {
+    ///         counted.fetch_add(1, Ordering::SeqCst);
+    ///         async { Ok::<_, babelqueue::Error>(()) }
+    ///     })
+    ///     .consume(2, Duration::from_millis(200))
+    ///     .await?;
+    /// assert_eq!((report.succeeded, runs.load(Ordering::SeqCst)), (2, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn idempotent(mut self, idempotency: Idempotency) -> Self {
+        self.registry.idempotent(None, idempotency);
+        self
+    }
+
+    /// Dedupes the deliveries of `urn` on `meta.id` with its own option, as
+    /// [`Worker::idempotent`] describes. Default: the option for every URN, if any.
+    pub fn idempotent_for(mut self, urn: impl Into<String>, idempotency: Idempotency) -> Self {
+        self.registry.idempotent(Some(urn.into()), idempotency);
+        self
+    }
+
     /// Adds an interceptor around every handled job: `before_handle` runs in the order added,
     /// `after_handle` in reverse. A refusing `before_handle` fails the job as a handler error
     /// would (retried below `max_attempts`, then dead-lettered with its error text); see
@@ -226,15 +313,17 @@ impl<T: Transport> Worker<T> {
     }
 
     /// Deliveries per message before it is dead-lettered (default 3, as in every SDK: a message
-    /// that always fails is handled 3 times and lands with `attempts: 3`). 0 counts as 1.
+    /// that always fails is handled 3 times and lands with `attempts: 3`). At least 1: a worker
+    /// given 0 refuses to start ([`Error::InvalidOption`]).
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
-        self.settings.max_attempts = max_attempts.max(1);
+        self.settings.max_attempts = max_attempts;
         self
     }
 
     /// Wait before each retry (default [`Backoff::none`]), honoured where the binding can delay
     /// (RabbitMQ and `memory://` through delay queues, the Laravel Redis layout); ignored by the
-    /// default Redis layout.
+    /// default Redis layout. A worker refuses to start with a multiplier below 1 or not finite
+    /// ([`Error::InvalidOption`]).
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.settings.backoff = backoff;
         self
@@ -252,9 +341,10 @@ impl<T: Transport> Worker<T> {
         self
     }
 
-    /// Handlers running at once (default 1). 0 counts as 1.
+    /// Handlers running at once (default 1). At least 1: a worker given 0 refuses to start
+    /// ([`Error::InvalidOption`]).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
-        self.settings.concurrency = concurrency.max(1);
+        self.settings.concurrency = concurrency;
         self
     }
 
@@ -291,8 +381,8 @@ impl<T: Transport> Worker<T> {
     }
 
     /// Pause before a message whose settlement failed (an unwritable dead-letter queue, a
-    /// failed retry publish) is handed back to the broker (default 1 s), so a broken queue does
-    /// not become a busy loop.
+    /// failed retry publish), or whose idempotency store could not answer, is handed back to the
+    /// broker (default 1 s), so a broken queue or store does not become a busy loop.
     pub fn redelivery_pause(mut self, pause: Duration) -> Self {
         self.settings.redelivery_pause = pause;
         self
@@ -315,8 +405,10 @@ impl<T: Transport> Worker<T> {
     /// messages of those still running.
     ///
     /// # Errors
-    /// Only what ends the loop for good; a failing message, or a broker error while reserving
-    /// (logged, then retried after the poll wait), never does.
+    /// [`Error::InvalidOption`] before anything is taken when an option is out of range (a
+    /// `max_attempts` or `concurrency` of 0, a backoff multiplier below 1). Otherwise only what
+    /// ends the loop for good; a failing message, or a broker error while reserving (logged,
+    /// then retried after the poll wait), never does.
     pub async fn run(self, shutdown: &Shutdown) -> Result<WorkerReport> {
         self.drive(None, None, shutdown).await
     }
@@ -351,6 +443,7 @@ impl<T: Transport> Worker<T> {
         idle_timeout: Option<Duration>,
         shutdown: &Shutdown,
     ) -> Result<WorkerReport> {
+        self.settings.validate()?;
         let settings = self.settings.clone();
         let context = Arc::new(Context {
             transport: self.transport.clone(),

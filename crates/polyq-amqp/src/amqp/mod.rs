@@ -7,6 +7,7 @@
 //! one for `basic.get`, each opened again after a channel error so the client stays usable.
 
 mod acker;
+mod blocked;
 mod confirm_ledger;
 mod consumer;
 mod convert;

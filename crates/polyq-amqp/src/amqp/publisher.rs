@@ -17,6 +17,7 @@ use lapin::options::BasicPublishOptions;
 use lapin::{Confirmation, ErrorKind, PublisherConfirm};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::blocked;
 use super::confirm_ledger::{Answer, Answered, Failure, Settled, unwritten};
 use super::convert::{properties_from_amqp, properties_to_amqp, short};
 use super::errors::Target;
@@ -40,13 +41,38 @@ const UNWRITTEN_RESENDS: u8 = 3;
 /// outage it waits for recovery up to `recovery_wait`. A send that failed is retried, here or
 /// from the confirm when its frames could not be written: the broker discards a message whose
 /// frames did not all arrive, so a retry cannot lose it, only (rarely) duplicate it.
+///
+/// While the broker blocks the connection the message is not sent: it waits for the block to
+/// lift, up to `blocked_timeout`. A block that catches it sent but unconfirmed fails its
+/// confirm once it has lasted `blocked_timeout`.
 pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> Result<Confirm> {
+    let blocked_timeout = shared.options.blocked_timeout;
+    if let Err(reason) =
+        blocked::unblocked_within(&mut shared.health.watch(), blocked_timeout).await
+    {
+        return Err(blocked::error(
+            message.exchange,
+            reason,
+            blocked_timeout,
+            false,
+        ));
+    }
+    let exchange = message.exchange.clone();
     let mut answered = send(shared, message).await?;
     let shared = Arc::clone(shared);
     Ok(Confirm::new(async move {
+        let outlasted = blocked::blocked_for(shared.health.watch(), blocked_timeout);
+        tokio::pin!(outlasted);
         let mut resends = 0;
         loop {
-            match answered.await {
+            let settled = tokio::select! {
+                biased;
+                settled = &mut answered => settled,
+                reason = &mut outlasted => {
+                    return Err(blocked::error(exchange, reason, blocked_timeout, true));
+                }
+            };
+            match settled {
                 Ok(Settled::Outcome(outcome)) => return outcome,
                 Ok(Settled::Unwritten { message, .. }) if resends < UNWRITTEN_RESENDS => {
                     resends += 1;
@@ -188,7 +214,18 @@ fn answer(confirmation: lapin::Result<Confirmation>) -> Answer {
     }
 }
 
+/// Converts a return, logging it the way lapin's own line (which prints the body and headers,
+/// see [`crate::LAPIN_RETURN_LOG_OFF`]) does not: by where it went and why, never by content.
 fn neutral(returned: lapin::message::BasicReturnMessage) -> ReturnedMessage {
+    let properties = &returned.delivery.properties;
+    tracing::warn!(
+        exchange = returned.delivery.exchange.as_str(),
+        routing_key = returned.delivery.routing_key.as_str(),
+        reply_code = returned.reply_code,
+        reply_text = returned.reply_text.as_str(),
+        message_id = properties.message_id().as_ref().map(|id| id.as_str()),
+        "the broker returned a mandatory message"
+    );
     ReturnedMessage {
         reply_code: returned.reply_code,
         reply_text: returned.reply_text.as_str().to_owned(),

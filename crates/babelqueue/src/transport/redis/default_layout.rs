@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
-use super::{RedisOptions, deadline_score, move_in_one_script, one_queue, reserve_within, scripts};
+use super::{
+    GiveBack, RedisOptions, deadline_score, move_in_one_script, one_queue, release_on_drop,
+    reserve_within, scripts,
+};
 use crate::projection::{frame, unframe};
 use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_end};
 
@@ -74,12 +77,18 @@ struct Held {
 
 /// A reservation on the default layout: the value as stored in `<queue>:processing` and the
 /// token of its deadline member `<token>:<value>`.
+///
+/// Dropped without having been settled (the last copy of it, when cloned), it releases the
+/// reservation to the end of its queue in a task spawned on the current Tokio runtime, so the
+/// message is delivered again now rather than when its deadline lapses; without a runtime, or
+/// once its transport is gone, the deadline sweep returns it. A settled one does nothing.
 #[derive(Debug, Clone)]
 pub struct RedisReceipt {
     queue: String,
     stored: Bytes,
     token: String,
     headers: Headers,
+    give_back: Option<Arc<GiveBack>>,
 }
 
 impl RedisReceipt {
@@ -122,9 +131,73 @@ impl RedisTransport {
         &self.inner.options
     }
 
+    /// Up to `limit` values of the list `key`, head first, exactly as stored, read with
+    /// `LRANGE`: nothing is reserved or taken. None when `key` is not a list. For tools that
+    /// look at a queue of either layout (the connection is the same) without working it.
+    pub async fn read_list(&self, key: &str, limit: usize) -> crate::Result<Vec<Bytes>> {
+        let connection = &self.inner.connection;
+        let kind: String = connection
+            .query(redis::cmd("TYPE").arg(key), || {
+                format!("read the type of {key:?}")
+            })
+            .await?;
+        if kind != "list" || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let last = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        let values: Vec<Vec<u8>> = connection
+            .query(redis::cmd("LRANGE").arg(key).arg(0).arg(last), || {
+                format!("read the list {key:?}")
+            })
+            .await?;
+        Ok(values.into_iter().map(Bytes::from).collect())
+    }
+
+    /// Every key holding a list or a sorted set, the types both layouts keep queues in,
+    /// found with `SCAN ... TYPE` (incremental, no `KEYS`); pair with
+    /// [`RedisOptions::queue_of_key`] to name the queues.
+    pub async fn scan_queue_keys(&self) -> crate::Result<Vec<String>> {
+        let mut keys = Vec::new();
+        for kind in ["list", "zset"] {
+            let mut cursor = 0_u64;
+            loop {
+                let scan = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .arg("TYPE")
+                    .arg(kind)
+                    .clone();
+                let (next, found): (u64, Vec<String>) = self
+                    .inner
+                    .connection
+                    .query(&scan, || format!("scan for {kind} keys"))
+                    .await?;
+                keys.extend(found);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Whether any of `keys` exists (`EXISTS`).
+    pub async fn any_exists(&self, keys: &[String]) -> crate::Result<bool> {
+        let count: u64 = self
+            .inner
+            .connection
+            .query(redis::cmd("EXISTS").arg(keys), || {
+                format!("look for the keys {keys:?}")
+            })
+            .await?;
+        Ok(count > 0)
+    }
+
     /// The in-flight list of `queue`: `<queue>:processing`.
     pub fn processing_key(&self, queue: &str) -> String {
-        format!("{queue}{}", self.inner.options.processing_suffix)
+        self.inner.options.processing_key(queue)
     }
 
     /// The deadline set of `queue`: `<queue>:processing:deadlines`.
@@ -160,7 +233,7 @@ impl RedisTransport {
         let mut taken = taken
             .into_iter()
             .zip(tokens)
-            .map(|(stored, token)| reservation(queue, Bytes::from(stored), token));
+            .map(|(stored, token)| reservation(&self.inner, queue, Bytes::from(stored), token));
         let first = taken.next();
         let mut rest = taken.peekable();
         if rest.peek().is_some() {
@@ -293,6 +366,7 @@ impl RedisTransport {
             }
         }
         let settled: i64 = self.inner.connection.invoke(&settle, &operation).await?;
+        GiveBack::settled(receipt.give_back.as_ref());
         if settled == 1 {
             Ok(())
         } else {
@@ -311,7 +385,12 @@ enum End {
 }
 
 /// A stored value as handed over: unframed, with its headers and receipt.
-fn reservation(queue: &str, stored: Bytes, token: String) -> Reserved<RedisReceipt> {
+fn reservation(
+    inner: &Arc<Inner>,
+    queue: &str,
+    stored: Bytes,
+    token: String,
+) -> Reserved<RedisReceipt> {
     let (body, headers) = match std::str::from_utf8(&stored) {
         Ok(text) => match unframe(text) {
             (Cow::Owned(body), headers) => (Bytes::from(body), headers),
@@ -324,12 +403,30 @@ fn reservation(queue: &str, stored: Bytes, token: String) -> Reserved<RedisRecei
         headers: headers.clone(),
         broker_attempts: None,
         receipt: RedisReceipt {
+            give_back: Some(give_back(inner, queue, &stored, &token)),
             queue: queue.to_owned(),
             stored,
             token,
             headers,
         },
     }
+}
+
+/// Releases the reservation `token` of `stored` when its receipt is dropped unsettled.
+fn give_back(inner: &Arc<Inner>, queue: &str, stored: &Bytes, token: &str) -> Arc<GiveBack> {
+    let receipt = RedisReceipt {
+        queue: queue.to_owned(),
+        stored: stored.clone(),
+        token: token.to_owned(),
+        headers: Headers::new(),
+        give_back: None,
+    };
+    release_on_drop(
+        inner,
+        |inner| RedisTransport { inner },
+        receipt,
+        queue.to_owned(),
+    )
 }
 
 impl Transport for RedisTransport {
@@ -420,7 +517,15 @@ impl Transport for RedisTransport {
         for receipt in receipts {
             settle.arg(&receipt.token).arg(&receipt.stored[..]);
         }
-        move_in_one_script(self, &self.inner.connection, queue, receipts, &settle).await
+        move_in_one_script(
+            self,
+            &self.inner.connection,
+            queue,
+            receipts,
+            &settle,
+            |receipt| GiveBack::settled(receipt.give_back.as_ref()),
+        )
+        .await
     }
 
     /// `LLEN <queue>`.

@@ -18,13 +18,21 @@ mod laravel;
 mod scripts;
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use tokio::runtime::Handle;
 
 use crate::transport::{TlsOptions, Transport, move_each_to_end};
 
 pub use crate::error::RedisErrorKind;
 pub use default_layout::{RedisReceipt, RedisTransport};
 pub use laravel::{LaravelReceipt, LaravelTransport};
+
+/// The keys the Laravel layout keeps beside a queue's ready list, by suffix.
+const LARAVEL_SUFFIXES: [&str; 3] = [":notify", ":reserved", ":delayed"];
 
 /// Settings shared by both Redis layouts. Every setter documents its default; the defaults are
 /// the Python SDK's, so a Rust worker and a Python worker on one queue agree.
@@ -169,6 +177,60 @@ impl RedisOptions {
         format!("{queue}{}", self.dlq_suffix)
     }
 
+    /// Default layout: the in-flight list of `queue`, `<queue><processing suffix>`.
+    pub fn processing_key(&self, queue: &str) -> String {
+        format!("{queue}{}", self.processing_suffix)
+    }
+
+    /// Laravel layout: the ready list of `queue`, `<prefix><queue>`, e.g. `queues:orders`.
+    pub fn laravel_key(&self, queue: &str) -> String {
+        format!("{}{queue}", self.key_prefix)
+    }
+
+    /// The keys the default layout keeps for `queue`: the ready list, the in-flight list and
+    /// its deadline set. A tool reads them to see a queue without a transport.
+    pub fn default_layout_keys(&self, queue: &str) -> [String; 3] {
+        let processing = self.processing_key(queue);
+        [
+            queue.to_owned(),
+            format!("{processing}:deadlines"),
+            processing,
+        ]
+    }
+
+    /// The keys the Laravel layout keeps for `queue`: its `:notify`, `:reserved` and
+    /// `:delayed` keys, then the ready list.
+    pub fn laravel_layout_keys(&self, queue: &str) -> [String; 4] {
+        let ready = self.laravel_key(queue);
+        let [notify, reserved, delayed] = LARAVEL_SUFFIXES.map(|suffix| format!("{ready}{suffix}"));
+        [notify, reserved, delayed, ready]
+    }
+
+    /// The queue name a key of either layout belongs to: the Laravel prefix and each layout's
+    /// key suffixes taken off. For a tool that finds queues by scanning keys.
+    ///
+    /// ```
+    /// use babelqueue::transport::redis::RedisOptions;
+    ///
+    /// let options = RedisOptions::new();
+    /// assert_eq!(options.queue_of_key("queues:jobs:delayed"), "jobs");
+    /// assert_eq!(options.queue_of_key("jobs:processing:deadlines"), "jobs");
+    /// assert_eq!(options.queue_of_key("jobs.dlq"), "jobs.dlq");
+    /// ```
+    pub fn queue_of_key<'k>(&self, key: &'k str) -> &'k str {
+        if let Some(laravel) = key.strip_prefix(self.key_prefix.as_str()) {
+            return LARAVEL_SUFFIXES
+                .iter()
+                .find_map(|suffix| laravel.strip_suffix(suffix))
+                .unwrap_or(laravel);
+        }
+        let processing = self.processing_suffix.as_str();
+        key.strip_suffix(":deadlines")
+            .and_then(|rest| rest.strip_suffix(processing))
+            .or_else(|| key.strip_suffix(processing))
+            .unwrap_or(key)
+    }
+
     fn validate(&self) -> crate::Result<()> {
         let invalid = |option, reason: &str| {
             Err(crate::Error::InvalidOption {
@@ -214,6 +276,98 @@ impl RedisOptions {
     }
 }
 
+/// What gives a reservation back when its receipt is dropped without having been settled: a
+/// release (to the end of the queue, as [`Transport::release`] with no delay puts it), spawned on
+/// the Tokio runtime the receipt is dropped in. Shared by the copies of one receipt, so the last
+/// copy dropped decides.
+///
+/// A settle that got the server's answer (done, or no longer held) counts as settled, so a
+/// settled reservation is never released again; one whose answer was lost is released, which the
+/// gated script turns into nothing when the settle did happen. With no runtime to spawn on (a
+/// receipt dropped outside one, or while it shuts down), or once its transport is gone, the
+/// reservation comes back when its deadline lapses (`reservation_deadline`, `retry_after`).
+pub(super) struct GiveBack {
+    settled: AtomicBool,
+    release: Option<Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send + Sync>>,
+}
+
+impl GiveBack {
+    /// A guard that runs `release` when dropped unsettled.
+    pub(super) fn new<F>(release: impl FnOnce() -> F + Send + Sync + 'static) -> Arc<Self>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Arc::new(Self {
+            settled: AtomicBool::new(false),
+            release: Some(Box::new(move || Box::pin(release()))),
+        })
+    }
+
+    /// Marks the reservation settled, when a guard exists.
+    pub(super) fn settled(guard: Option<&Arc<Self>>) {
+        if let Some(guard) = guard {
+            guard.settled.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl std::fmt::Debug for GiveBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GiveBack")
+            .field("settled", &self.settled.load(Ordering::Acquire))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::Acquire) {
+            return;
+        }
+        let (Some(release), Ok(runtime)) = (self.release.take(), Handle::try_current()) else {
+            return;
+        };
+        runtime.spawn(release());
+    }
+}
+
+/// A guard that releases `receipt` (one that gives nothing back itself) of `queue` through the
+/// transport `revive` makes of `inner`, as long as that transport still exists.
+pub(super) fn release_on_drop<I, T>(
+    inner: &Arc<I>,
+    revive: fn(Arc<I>) -> T,
+    receipt: T::Receipt,
+    queue: String,
+) -> Arc<GiveBack>
+where
+    I: Send + Sync + 'static,
+    T: Transport,
+{
+    let inner = Arc::downgrade(inner);
+    GiveBack::new(move || async move {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let released = revive(inner).release(&receipt, Duration::ZERO).await;
+        gave_back(&queue, released);
+    })
+}
+
+/// Logs the outcome of a release on drop: a reservation no longer held was settled or swept
+/// meanwhile, anything else returns when its deadline lapses.
+fn gave_back(queue: &str, released: crate::Result<()>) {
+    match released {
+        Ok(()) => tracing::debug!(queue, "a reservation dropped unsettled was released"),
+        Err(crate::Error::Redis {
+            kind: RedisErrorKind::ReservationLost,
+            ..
+        }) => {}
+        Err(error) => {
+            tracing::warn!(queue, %error, "could not release a reservation dropped unsettled; it returns when its deadline lapses")
+        }
+    }
+}
+
 /// A score `seconds` after `now`, as the scripts take it: whole seconds, a fraction rounded up,
 /// or `+inf` for never.
 fn deadline_score(now: i64, after: Option<Duration>) -> String {
@@ -253,14 +407,15 @@ where
     }
 }
 
-/// Moves `receipts`, all of `queue`, to its end with `bulk`, one script that answers for each;
-/// one at a time when it does not answer.
+/// Moves `receipts`, all of `queue`, to its end with `bulk`, one script that answers for each
+/// (each receipt is then marked with `settled`); one at a time when it does not answer.
 async fn move_in_one_script<T: Transport>(
     transport: &T,
     connection: &connection::Connection,
     queue: &str,
     receipts: &[&T::Receipt],
     bulk: &redis::ScriptInvocation<'_>,
+    settled: impl Fn(&T::Receipt),
 ) -> Vec<crate::Result<()>> {
     let operation = || {
         format!(
@@ -272,7 +427,10 @@ async fn move_in_one_script<T: Transport>(
         .settle_each(bulk, receipts.len(), operation)
         .await
     {
-        Some(moved) => moved,
+        Some(moved) => {
+            receipts.iter().for_each(|receipt| settled(receipt));
+            moved
+        }
         None => move_each_to_end(transport, receipts).await,
     }
 }
@@ -286,6 +444,37 @@ fn one_queue<'a>(mut queues: impl Iterator<Item = &'a str>) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_layout_names_its_keys_from_the_options() {
+        let options = RedisOptions::new();
+        assert_eq!(
+            options.default_layout_keys("jobs"),
+            ["jobs", "jobs:processing:deadlines", "jobs:processing"]
+        );
+        assert_eq!(
+            options.laravel_layout_keys("jobs"),
+            [
+                "queues:jobs:notify",
+                "queues:jobs:reserved",
+                "queues:jobs:delayed",
+                "queues:jobs"
+            ]
+        );
+        let custom = RedisOptions::new()
+            .processing_suffix(":busy")
+            .key_prefix("app:");
+        assert_eq!(custom.processing_key("jobs"), "jobs:busy");
+        assert_eq!(custom.laravel_key("jobs"), "app:jobs");
+        for key in custom
+            .default_layout_keys("jobs")
+            .into_iter()
+            .chain(custom.laravel_layout_keys("jobs"))
+        {
+            assert_eq!(custom.queue_of_key(&key), "jobs", "{key}");
+        }
+        assert_eq!(custom.queue_of_key("queues:jobs"), "queues:jobs");
+    }
 
     #[test]
     fn scores_are_whole_seconds_rounded_up_or_infinite() {
