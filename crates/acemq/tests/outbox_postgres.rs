@@ -195,7 +195,7 @@ async fn commits_or_rolls_back_with_the_business_row(env: &'static Env) {
     );
     tables.drop().await;
 }
-both!(commits_or_rolls_back_with_the_business_row);
+polyq_testkit::both_brokers!(commits_or_rolls_back_with_the_business_row);
 
 async fn the_next_relay_publishes_what_a_stopped_one_left(env: &'static Env) {
     let tables = Tables::new().await;
@@ -229,7 +229,7 @@ async fn the_next_relay_publishes_what_a_stopped_one_left(env: &'static Env) {
         .unwrap();
     tables.drop().await;
 }
-both!(the_next_relay_publishes_what_a_stopped_one_left);
+polyq_testkit::both_brokers!(the_next_relay_publishes_what_a_stopped_one_left);
 
 async fn two_relays_never_publish_a_row_twice(env: &'static Env) {
     let tables = Tables::new().await;
@@ -262,7 +262,7 @@ async fn two_relays_never_publish_a_row_twice(env: &'static Env) {
     assert_eq!(ids.len(), rows);
     tables.drop().await;
 }
-both!(two_relays_never_publish_a_row_twice);
+polyq_testkit::both_brokers!(two_relays_never_publish_a_row_twice);
 
 async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env) {
     meters();
@@ -309,7 +309,7 @@ async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env) {
     );
     tables.drop().await;
 }
-both!(a_malformed_row_is_failed_and_the_rest_published);
+polyq_testkit::both_brokers!(a_malformed_row_is_failed_and_the_rest_published);
 
 async fn a_refused_publish_backs_off_and_is_published_later(env: &'static Env) {
     let tables = Tables::new().await;
@@ -349,4 +349,4 @@ async fn a_refused_publish_backs_off_and_is_published_later(env: &'static Env) {
     assert_eq!(&env.next_in(&queue).await.body[..], br#"{"id":1}"#);
     tables.drop().await;
 }
-both!(a_refused_publish_backs_off_and_is_published_later);
+polyq_testkit::both_brokers!(a_refused_publish_backs_off_and_is_published_later);

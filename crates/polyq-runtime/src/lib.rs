@@ -35,8 +35,8 @@
 //! ```
 
 mod chain;
-pub mod outbox;
 mod finding;
+pub mod outbox;
 mod panic;
 mod shutdown;
 
