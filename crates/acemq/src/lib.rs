@@ -95,6 +95,8 @@
 //!
 //! - `amqp` (default): the RabbitMQ transport (`amqp://`, `amqps://`) through `polyq-amqp`.
 //!   Without it only the embedded broker (`memory://`) is available.
+//! - `postgres`: the transactional outbox on PostgreSQL through `sqlx` (module `outbox`:
+//!   `Outbox::record` in the caller's transaction, `OutboxRelay`, the shipped migration).
 //! - `otel`: W3C `traceparent` / `tracestate` written on publish and adopted on consume, through
 //!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
 //! - `prometheus`: the metrics in the Prometheus text format
@@ -122,6 +124,9 @@ pub mod doctor;
 mod error;
 pub mod idempotency;
 pub mod inspect;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod outbox;
 pub mod patterns;
 mod runtime;
 

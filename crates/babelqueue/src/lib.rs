@@ -86,6 +86,8 @@
 //!   `memory://` is always available.
 //! - `redis` (default): the Redis transport (`redis://`, `rediss://`), both layouts, and the
 //!   conformance runner's `redis` section.
+//! - `postgres`: the transactional outbox of ADR-0029 on PostgreSQL through `sqlx` (module
+//!   `outbox`: `Outbox::write` in the caller's transaction, `PgOutboxStore`, `OutboxRelay`).
 //!
 //! # Further reading
 //!
@@ -108,6 +110,9 @@ pub mod doctor;
 mod error;
 pub mod idempotency;
 pub mod inspect;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod outbox;
 pub mod projection;
 pub mod redrive;
 pub mod schema;

@@ -36,6 +36,7 @@
 
 mod chain;
 mod finding;
+pub mod outbox;
 mod panic;
 mod shutdown;
 

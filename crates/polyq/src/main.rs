@@ -31,6 +31,11 @@ enum Command {
     /// A timeline of AceMQ and BabelQueue at work: retries, dead-letters, parking, poison and a
     /// redrive, on the embedded broker unless --url names another.
     Demo(cli::demo::Demo),
+    /// The transactional outbox of either family on PostgreSQL: its status, or a relay.
+    Outbox {
+        #[command(subcommand)]
+        command: cli::outbox::Command,
+    },
     /// Lints queues against both contracts without consuming them; exit status 1 on an error.
     Doctor(cli::doctor::Doctor),
     /// Benchmarks measured side by side against the raw client in one run.
@@ -79,6 +84,7 @@ async fn main() -> ExitCode {
         Command::Acemq { command } => cli::acemq::run(command).await,
         Command::Babel { command } => cli::babel::run(command).await,
         Command::Bench { command } => cli::bench::run(command).await,
+        Command::Outbox { command } => cli::outbox::run(command).await,
         Command::Demo(demo) => cli::demo::run(demo).await,
         Command::Doctor(doctor) => cli::doctor::run(doctor).await,
     };

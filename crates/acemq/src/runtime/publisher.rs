@@ -294,50 +294,7 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
             telemetry::record_outcome(&span, PublishResult::Failed.as_str());
             error
         };
-        let envelope = match envelope {
-            Some(envelope) => provenance::stamp(envelope, &shared.origin),
-            None => Envelope::of(inner.message_type.as_str())
-                .origin(shared.origin.as_str())
-                .build()
-                .map_err(|e| failed(e.into()))?,
-        };
-        let envelope = match &self.options.reply_to {
-            Some(queue) => envelope
-                .to_builder()
-                .header(headers::REPLY_TO, &**queue)
-                .build()
-                .map_err(|e| failed(e.into()))?,
-            None => envelope,
-        };
-        let envelope = self.intercept(envelope).map_err(&failed)?;
-        let body = inner.codec.encode(payload).map_err(|e| {
-            failed(RuntimeError::Encode {
-                exchange: inner.exchange.clone(),
-                routing_key: inner.routing_key.clone(),
-                reason: e.0,
-            })
-        })?;
-        telemetry::record_envelope(&span, &envelope);
-        let mut properties = Properties {
-            content_type: Some(inner.codec.content_type().to_owned()),
-            delivery_mode: Some(if self.options.persistent { 2 } else { 1 }),
-            priority: self.options.priority,
-            expiration: self
-                .options
-                .expiration
-                .map(|ttl| ttl.as_millis().to_string()),
-            reply_to: self.options.reply_to.as_deref().map(str::to_owned),
-            ..Properties::default()
-        };
-        envelope.write_properties(&mut properties);
-        telemetry::inject_trace_context(&span, &mut properties.headers);
-        let mut message = OutgoingMessage::new(
-            inner.exchange.as_str(),
-            inner.routing_key.as_str(),
-            properties,
-            body,
-        );
-        message.mandatory = self.options.mandatory;
+        let (message, envelope) = self.message(payload, envelope, &span).map_err(&failed)?;
         let confirm = shared
             .client
             .publish(message)
@@ -352,6 +309,65 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
                 publisher.settle(outcome, timeout, envelope, started, &span)
             }),
         })
+    }
+
+    /// The message a send of `payload` puts on the wire (envelope stamped and intercepted,
+    /// body encoded, properties and headers written), without sending it: the transactional
+    /// outbox stores exactly this.
+    pub(crate) fn message(
+        &self,
+        payload: &T,
+        envelope: Option<Envelope>,
+        span: &Span,
+    ) -> Result<(OutgoingMessage, Envelope), RuntimeError> {
+        let inner = &*self.inner;
+        let shared = &inner.mq.shared;
+        let envelope = match envelope {
+            Some(envelope) => provenance::stamp(envelope, &shared.origin),
+            None => Envelope::of(inner.message_type.as_str())
+                .origin(shared.origin.as_str())
+                .build()
+                .map_err(RuntimeError::from)?,
+        };
+        let envelope = match &self.options.reply_to {
+            Some(queue) => envelope
+                .to_builder()
+                .header(headers::REPLY_TO, &**queue)
+                .build()
+                .map_err(RuntimeError::from)?,
+            None => envelope,
+        };
+        let envelope = self.intercept(envelope)?;
+        let body = inner
+            .codec
+            .encode(payload)
+            .map_err(|e| RuntimeError::Encode {
+                exchange: inner.exchange.clone(),
+                routing_key: inner.routing_key.clone(),
+                reason: e.0,
+            })?;
+        telemetry::record_envelope(span, &envelope);
+        let mut properties = Properties {
+            content_type: Some(inner.codec.content_type().to_owned()),
+            delivery_mode: Some(if self.options.persistent { 2 } else { 1 }),
+            priority: self.options.priority,
+            expiration: self
+                .options
+                .expiration
+                .map(|ttl| ttl.as_millis().to_string()),
+            reply_to: self.options.reply_to.as_deref().map(str::to_owned),
+            ..Properties::default()
+        };
+        envelope.write_properties(&mut properties);
+        telemetry::inject_trace_context(span, &mut properties.headers);
+        let mut message = OutgoingMessage::new(
+            inner.exchange.as_str(),
+            inner.routing_key.as_str(),
+            properties,
+            body,
+        );
+        message.mandatory = self.options.mandatory;
+        Ok((message, envelope))
     }
 
     fn intercept(&self, envelope: Envelope) -> Result<Envelope, RuntimeError> {

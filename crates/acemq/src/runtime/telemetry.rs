@@ -54,6 +54,10 @@ pub const RETRY_RUNG_MISSING: &str = "acemq.retry.rung.missing";
 pub const REQUEST_DURATION: &str = "acemq.request.duration";
 /// Requests, by outcome `answered` (a reply came, an error reply too) or `timed_out`.
 pub const REQUEST_TOTAL: &str = "acemq.request.total";
+/// Gauge: seconds the oldest unpublished outbox row has waited, by `table`.
+pub const OUTBOX_LAG: &str = "acemq.outbox.lag";
+/// Counter of outbox rows relayed, by `outcome` (`published`, `failed`) and `table`.
+pub const OUTBOX_TOTAL: &str = "acemq.outbox.total";
 /// Handling time of the step that ended a pipeline run, by `pipeline`, `step` and outcome.
 pub const PIPELINE_RUN_DURATION: &str = "acemq.pipeline.run.duration";
 /// Pipeline runs that ended, by `pipeline`, `step` (where it ended) and outcome `completed`

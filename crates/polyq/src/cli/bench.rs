@@ -4,6 +4,7 @@
 mod acemq;
 mod babel;
 mod memory;
+mod outbox;
 mod phases;
 mod raw;
 mod through_polyq;
@@ -26,6 +27,9 @@ pub(crate) enum Command {
     /// BabelQueue publish and end-to-end jobs/s on any broker, optionally beside the Python
     /// SDK and acemq in the same run.
     Babel(babel::BabelArgs),
+    /// The AceMQ outbox relay (rows committed, then published with confirms and marked) against
+    /// a plain confirmed publish of the same messages, on PostgreSQL and any broker.
+    Outbox(outbox::OutboxArgs),
 }
 
 /// Arguments of `polyq bench amqp`.
@@ -92,6 +96,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Babel(args) => {
             babel::run(args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Outbox(args) => {
+            outbox::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -1,0 +1,162 @@
+//! The transactional outbox on PostgreSQL (feature `postgres`): a message is written in the
+//! caller's own database transaction, with the business change it announces, and a relay
+//! publishes it once that transaction has committed.
+//!
+//! [`Outbox::record`] builds the message exactly as the [`Publisher`] would send it (the
+//! envelope stamped and intercepted, the body encoded, properties and envelope headers written)
+//! and inserts it in the transaction it is given; it never begins, commits or rolls back. A
+//! rolled-back transaction leaves no message; a committed one is published by an
+//! [`OutboxRelay`], now or after a restart, with the stored bytes unchanged.
+//!
+//! The table is created by [`migrate`] from `migrations/postgres/0001_outbox.sql`, the Go port's
+//! `acemq_outbox` layout with the relay's lease columns added (see `docs/INTEROP.md`).
+//!
+//! ```no_run
+//! # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! use acemq::AceMq;
+//! use acemq::outbox::{self, Outbox, OutboxRelay};
+//!
+//! let mq = AceMq::connect("amqp://guest:guest@localhost:5672/%2f").await?;
+//! outbox::migrate(&db).await?;
+//! let outbox = Outbox::new();
+//! let orders = mq.publisher::<serde_json::Value>("", "orders.new");
+//!
+//! let mut tx = db.begin().await?;
+//! sqlx::query("INSERT INTO orders (id) VALUES (7)").execute(&mut *tx).await?;
+//! outbox.record(&mut tx, &orders, &serde_json::json!({"id": 7})).await?;
+//! tx.commit().await?;
+//!
+//! OutboxRelay::builder(db, &mq).build()?.drain(10).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod relay;
+mod row;
+mod store;
+
+use sqlx::{PgConnection, PgPool};
+
+pub use error::OutboxError;
+pub use polyq_runtime::outbox::OutboxStatus;
+pub use relay::{
+    DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, OutboxRelay, OutboxRelayBuilder, RelayPass,
+};
+pub use store::DEFAULT_TABLE;
+
+use crate::contract::codec::Encode;
+use crate::runtime::telemetry;
+use crate::{Envelope, Publisher};
+use row::StoredMessage;
+use store::Table;
+
+/// Creates the `acemq_outbox` table and its index if they are not there yet.
+///
+/// # Errors
+/// [`OutboxError::Database`].
+pub async fn migrate(db: &PgPool) -> Result<(), OutboxError> {
+    Outbox::new().migrate(db).await
+}
+
+/// The writing half of the outbox: records messages in the caller's transaction.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    table: Table,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Outbox {
+    /// The outbox in the default table, `acemq_outbox`.
+    pub fn new() -> Self {
+        Self {
+            table: Table::default_table(),
+        }
+    }
+
+    /// The outbox in `table`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidTable`] when `table` is not a plain SQL identifier.
+    pub fn in_table(table: &str) -> Result<Self, OutboxError> {
+        Ok(Self {
+            table: Table::new(table)?,
+        })
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        self.table.name()
+    }
+
+    /// Creates this outbox's table and index if they are not there yet.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn migrate(&self, db: &PgPool) -> Result<(), OutboxError> {
+        self.table.migrate(db).await
+    }
+
+    /// Pending and failed rows and the lag, counting a row as failed once it used up
+    /// [`DEFAULT_MAX_ATTEMPTS`] (a relay's [`OutboxRelay::status`] uses its own limit).
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn status(&self, db: &PgPool) -> Result<OutboxStatus, OutboxError> {
+        self.table
+            .status(db, i32::try_from(DEFAULT_MAX_ATTEMPTS).unwrap_or(i32::MAX))
+            .await
+    }
+
+    /// Writes the message a send of `payload` through `publisher` would put on the wire, in
+    /// the caller's transaction `tx` (pass `&mut tx` for a `sqlx::Transaction`). Returns the
+    /// envelope as it will be sent; its message id is the row's id.
+    ///
+    /// # Errors
+    /// [`OutboxError::Message`] when the publisher would refuse the message; nothing is written.
+    /// [`OutboxError::Database`] when the insert failed; the transaction is the caller's to
+    /// roll back.
+    pub async fn record<T: ?Sized, E: Encode<T>>(
+        &self,
+        tx: &mut PgConnection,
+        publisher: &Publisher<T, E>,
+        payload: &T,
+    ) -> Result<Envelope, OutboxError> {
+        self.write(tx, publisher, payload, None).await
+    }
+
+    /// [`Outbox::record`] with the envelope given, as [`Publisher::send_with`] takes it.
+    ///
+    /// # Errors
+    /// As [`Outbox::record`].
+    pub async fn record_with<T: ?Sized, E: Encode<T>>(
+        &self,
+        tx: &mut PgConnection,
+        publisher: &Publisher<T, E>,
+        payload: &T,
+        envelope: Envelope,
+    ) -> Result<Envelope, OutboxError> {
+        self.write(tx, publisher, payload, Some(envelope)).await
+    }
+
+    async fn write<T: ?Sized, E: Encode<T>>(
+        &self,
+        tx: &mut PgConnection,
+        publisher: &Publisher<T, E>,
+        payload: &T,
+        envelope: Option<Envelope>,
+    ) -> Result<Envelope, OutboxError> {
+        let span = telemetry::publish_span(publisher.exchange(), publisher.routing_key());
+        let (message, envelope) = publisher
+            .message(payload, envelope, &span)
+            .map_err(OutboxError::Message)?;
+        let row = StoredMessage::of(envelope.id().to_owned(), &message);
+        self.table.insert(tx, &row).await?;
+        Ok(envelope)
+    }
+}

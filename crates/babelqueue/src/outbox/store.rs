@@ -1,0 +1,271 @@
+//! The PostgreSQL outbox store of ADR-0029: `save` in the caller's transaction,
+//! `fetch_unpublished` under a lease, `mark_published`, `mark_failed`.
+
+use std::time::Duration;
+
+use polyq_runtime::outbox::OutboxStatus;
+use sqlx::{PgConnection, PgPool, Row};
+
+use crate::outbox::error::OutboxError;
+
+/// The table the SDKs default to.
+pub const DEFAULT_TABLE: &str = "babelqueue_outbox";
+
+const MIGRATION: &str = include_str!("../../migrations/postgres/0001_outbox.sql");
+
+/// One pending row, claimed for a relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRecord {
+    /// The row's id (the store's key, not `meta.id`).
+    pub id: i64,
+    /// The queue to publish to.
+    pub queue: String,
+    /// The encoded envelope, byte for byte as saved.
+    pub body: String,
+    /// Failed publishes so far.
+    pub attempts: i32,
+}
+
+/// How a failed publish is marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The binding may take it later: count the attempt, offer it again after `backoff`.
+    Retry {
+        /// How long the row is held back.
+        backoff: Duration,
+    },
+    /// The row can never be published as it is (a malformed body or queue): status `failed`.
+    Permanent,
+}
+
+/// The outbox table on PostgreSQL, in the upstream PHP outbox layout (see the migration).
+#[derive(Debug, Clone)]
+pub struct PgOutboxStore {
+    db: PgPool,
+    table: String,
+    lease: Duration,
+}
+
+impl PgOutboxStore {
+    /// The store in `babelqueue_outbox`; the relay's work runs on `db`, never in a caller's
+    /// transaction.
+    pub fn new(db: PgPool) -> Self {
+        Self {
+            db,
+            table: DEFAULT_TABLE.to_owned(),
+            lease: Duration::from_secs(60),
+        }
+    }
+
+    /// The store in `table`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidTable`] when `table` is not a plain SQL identifier.
+    pub fn in_table(mut self, table: &str) -> Result<Self, OutboxError> {
+        self.table = checked_table(table)?;
+        Ok(self)
+    }
+
+    /// How long a fetched batch is held before another relay may fetch it (default 60 s); it
+    /// must outlast publishing one batch.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> OutboxError + '_ {
+        move |source| OutboxError::Database {
+            operation,
+            table: self.table.clone(),
+            source,
+        }
+    }
+
+    /// Creates the table and its index if they are not there yet.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn migrate(&self) -> Result<(), OutboxError> {
+        sqlx::raw_sql(&MIGRATION.replace(DEFAULT_TABLE, &self.table))
+            .execute(&self.db)
+            .await
+            .map_err(self.failed("create"))?;
+        Ok(())
+    }
+
+    /// Saves an encoded envelope for `queue` in the caller's transaction; the new row's id.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`]; the transaction is the caller's to roll back.
+    pub async fn save(
+        &self,
+        tx: &mut PgConnection,
+        encoded: &str,
+        queue: &str,
+    ) -> Result<i64, OutboxError> {
+        save(tx, &self.table, encoded, queue).await
+    }
+
+    /// Claims up to `limit` pending rows, oldest first: `FOR UPDATE SKIP LOCKED` picks rows no
+    /// other relay is claiming, and a lease (`locked_until`) keeps them from every other relay
+    /// until they are marked or the lease runs out.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn fetch_unpublished(&self, limit: usize) -> Result<Vec<OutboxRecord>, OutboxError> {
+        let t = &self.table;
+        let rows = sqlx::query(&format!(
+            "WITH claimed AS ( \
+               UPDATE {t} SET locked_until = now() + make_interval(secs => $1) \
+               WHERE id IN ( \
+                 SELECT id FROM {t} \
+                 WHERE status = 'pending' AND (locked_until IS NULL OR locked_until < now()) \
+                 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+               RETURNING id, queue, body, attempts) \
+             SELECT * FROM claimed ORDER BY id"
+        ))
+        .bind(self.lease.as_secs_f64())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.db)
+        .await
+        .map_err(self.failed("fetch pending rows from"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(OutboxRecord {
+                    id: row.try_get("id")?,
+                    queue: row.try_get("queue")?,
+                    body: row.try_get("body")?,
+                    attempts: row.try_get("attempts")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(self.failed("read a pending row of"))
+    }
+
+    /// Marks rows the binding accepted as published.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn mark_published(&self, ids: &[i64]) -> Result<(), OutboxError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(&format!(
+            "UPDATE {} SET status = 'published', published_at = now(), locked_until = NULL \
+             WHERE id = ANY($1)",
+            self.table
+        ))
+        .bind(ids)
+        .execute(&self.db)
+        .await
+        .map_err(self.failed("mark published rows in"))?;
+        Ok(())
+    }
+
+    /// Records a failed publish: the attempt, the reason (at most 500 characters, the column's
+    /// size) and when; a retry is held back for its backoff, a permanent failure is `failed`.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn mark_failed(
+        &self,
+        id: i64,
+        reason: &str,
+        failure: Failure,
+    ) -> Result<(), OutboxError> {
+        let (status, backoff) = match failure {
+            Failure::Retry { backoff } => ("pending", backoff),
+            Failure::Permanent => ("failed", Duration::ZERO),
+        };
+        let reason: String = reason.chars().take(500).collect();
+        sqlx::query(&format!(
+            "UPDATE {} SET status = $1, attempts = attempts + 1, last_error = $2, failed_at = now(), \
+               locked_until = now() + make_interval(secs => $3) \
+             WHERE id = $4",
+            self.table
+        ))
+        .bind(status)
+        .bind(reason)
+        .bind(backoff.as_secs_f64())
+        .bind(id)
+        .execute(&self.db)
+        .await
+        .map_err(self.failed("mark a failed row in"))?;
+        Ok(())
+    }
+
+    /// Pending and failed counts and the age of the oldest pending row.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn status(&self) -> Result<OutboxStatus, OutboxError> {
+        let row = sqlx::query(&format!(
+            "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, \
+                    count(*) FILTER (WHERE status = 'failed') AS failed, \
+                    EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8 AS age \
+             FROM {} WHERE status <> 'published'",
+            self.table
+        ))
+        .fetch_one(&self.db)
+        .await
+        .map_err(self.failed("read the status of"))?;
+        let read = || -> Result<OutboxStatus, sqlx::Error> {
+            Ok(OutboxStatus::from_sql(
+                row.try_get("pending")?,
+                row.try_get("failed")?,
+                row.try_get("age")?,
+            ))
+        };
+        read().map_err(self.failed("read the status of"))
+    }
+}
+
+pub(crate) async fn save(
+    tx: &mut PgConnection,
+    table: &str,
+    encoded: &str,
+    queue: &str,
+) -> Result<i64, OutboxError> {
+    sqlx::query_scalar(&format!(
+        "INSERT INTO {table} (queue, body, created_at) VALUES ($1, $2, now()) RETURNING id"
+    ))
+    .bind(queue)
+    .bind(encoded)
+    .fetch_one(tx)
+    .await
+    .map_err(|source| OutboxError::Database {
+        operation: "write to",
+        table: table.to_owned(),
+        source,
+    })
+}
+
+/// `table` when it is a plain SQL identifier: it reaches SQL by interpolation.
+pub(crate) fn checked_table(table: &str) -> Result<String, OutboxError> {
+    if polyq_runtime::outbox::is_plain_sql_identifier(table) {
+        Ok(table.to_owned())
+    } else {
+        Err(OutboxError::InvalidTable(table.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_identifiers_are_table_names() {
+        assert!(checked_table("babelqueue_outbox").is_ok());
+        for bad in ["", "9t", "a-b", "a;drop", &"x".repeat(64)] {
+            assert!(
+                matches!(checked_table(bad), Err(OutboxError::InvalidTable(_))),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! `polyq outbox status` and `polyq outbox relay` on the real PostgreSQL, for both families: the
+//! status counts what is pending, the relay publishes it and stops gracefully on SIGTERM.
+
+mod common;
+
+use std::time::Duration;
+
+use babelqueue::outbox::{Outbox, PgOutboxStore};
+use babelqueue::transport::{AnyTransport, ConnectOptions, Transport};
+use babelqueue::{MakeOptions, make};
+use common::{polyq, remove, success_lines};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn unique_table(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}",
+        polyq_testkit::unique_name("cli").replace(['-', '.'], "_")
+    )
+}
+
+fn status(family: &str, table: &str) -> Value {
+    let db = polyq_testkit::postgres_url();
+    let args = [
+        "outbox", "status", "--family", family, "--db", &db, "--table", table,
+    ];
+    let lines = success_lines(polyq(&args), &args);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    serde_json::from_str(&lines[0]).unwrap()
+}
+
+/// Runs the relay until `published` says it is done, then stops it with SIGTERM and asserts
+/// that it exited cleanly.
+async fn relay_until<F, Fut>(family: &str, table: &str, url: &str, published: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let db = polyq_testkit::postgres_url();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_polyq"))
+        .args([
+            "outbox", "relay", "--family", family, "--db", &db, "--table", table, "--url", url,
+        ])
+        .env("POLYQ_LOG", "off")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("polyq runs");
+    tokio::time::timeout(PATIENCE, async {
+        while !published().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the relay published in time");
+    let pid = child.id().expect("running").to_string();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    let exit = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("the relay stops on SIGTERM")
+        .unwrap();
+    assert!(exit.success(), "graceful stop exits 0, got {exit:?}");
+}
+
+async fn drop_table(db: &PgPool, table: &str) {
+    sqlx::query(&format!("DROP TABLE {table}"))
+        .execute(db)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn babel_status_and_relay_to_redis() {
+    let db = PgPool::connect(&polyq_testkit::postgres_url())
+        .await
+        .unwrap();
+    let table = unique_table("babelqueue_outbox");
+    let store = PgOutboxStore::new(db.clone()).in_table(&table).unwrap();
+    store.migrate().await.unwrap();
+    let queue = polyq_testkit::unique_name("polyq.outbox");
+    let mut tx = db.begin().await.unwrap();
+    for id in 0..2 {
+        let envelope = make(
+            "urn:babel:orders:created",
+            &json!({ "id": id }),
+            MakeOptions::default().queue(&queue),
+        )
+        .unwrap();
+        Outbox::in_table(&table)
+            .unwrap()
+            .write(&mut tx, &envelope)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let before = status("babel", &table);
+    assert_eq!(before["pending"], 2);
+    assert_eq!(before["failed"], 0);
+    assert!(before["oldest_pending_age_ms"].is_u64());
+
+    let url = polyq_testkit::redis_url();
+    let redis = AnyTransport::connect(&url, ConnectOptions::default())
+        .await
+        .unwrap();
+    relay_until("babel", &table, &url, || async {
+        redis.depth(&queue).await.unwrap() == 2
+    })
+    .await;
+    let after = status("babel", &table);
+    assert_eq!(after["pending"], 0);
+    assert_eq!(after["oldest_pending_age_ms"], Value::Null);
+
+    drop_table(&db, &table).await;
+    remove(&url, &queue).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acemq_status_and_relay_to_rabbitmq() {
+    let db = PgPool::connect(&polyq_testkit::postgres_url())
+        .await
+        .unwrap();
+    let table = unique_table("acemq_outbox");
+    let outbox = acemq::outbox::Outbox::in_table(&table).unwrap();
+    outbox.migrate(&db).await.unwrap();
+    let url = polyq_testkit::amqp_url();
+    let mq = acemq::AceMq::connect(&url).await.unwrap();
+    let queue = polyq_testkit::unique_name("polyq.outbox");
+    mq.client()
+        .declare_queue(&polyq_amqp::QueueSpec::new(queue.clone()))
+        .await
+        .unwrap();
+    let publisher = mq.publisher::<Value>("", queue.as_str());
+    let mut tx = db.begin().await.unwrap();
+    outbox
+        .record(&mut tx, &publisher, &json!({ "id": 1 }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    assert_eq!(status("acemq", &table)["pending"], 1);
+    relay_until("acemq", &table, &url, || async {
+        mq.client()
+            .inspect_queue(&queue)
+            .await
+            .unwrap()
+            .message_count
+            == 1
+    })
+    .await;
+    let after = status("acemq", &table);
+    assert_eq!(
+        (after["pending"].clone(), after["failed"].clone()),
+        (json!(0), json!(0))
+    );
+
+    drop_table(&db, &table).await;
+    mq.close().await.unwrap();
+    remove(&url, &queue).await;
+}
