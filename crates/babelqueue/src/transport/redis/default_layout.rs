@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
-use super::{RedisOptions, deadline_score, move_in_one_script, one_queue, reserve_within, scripts};
+use super::{
+    RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue, reserve_within,
+    scripts,
+};
 use crate::projection::{frame, unframe};
 use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_end};
 
@@ -130,6 +133,45 @@ impl RedisTransport {
     /// The deadline set of `queue`: `<queue>:processing:deadlines`.
     pub fn deadlines_key(&self, queue: &str) -> String {
         format!("{}:deadlines", self.processing_key(queue))
+    }
+
+    /// Up to `limit` stored values (all with `None`) from the head of `queue`, in order,
+    /// without taking any (`LRANGE`). A value is the body, or the `__bq_frame` header frame
+    /// around it ([`crate::inspect::Inspection::of_input`] reads both).
+    pub async fn browse(&self, queue: &str, limit: Option<u64>) -> crate::Result<Vec<Bytes>> {
+        self.inner.connection.list_head(queue, limit).await
+    }
+
+    /// Removes one stored value equal to `stored` from `queue` (`LREM 1`), as
+    /// [`browse`](Self::browse) returned it; `false` when the queue holds none any more.
+    pub async fn remove(&self, queue: &str, stored: &[u8]) -> crate::Result<bool> {
+        self.inner.connection.list_remove(queue, stored).await
+    }
+
+    /// Appends a stored value to `queue` byte for byte (`RPUSH`), frame and all, as
+    /// [`browse`](Self::browse) returned it.
+    pub async fn push_stored(&self, queue: &str, stored: &[u8]) -> crate::Result<()> {
+        let _length: i64 = self
+            .inner
+            .connection
+            .query(redis::cmd("RPUSH").arg(queue).arg(stored), || {
+                format!("publish to {queue:?}")
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The dead-letter queues on the server: every list named `<queue><dlq suffix>`, except
+    /// those under the Laravel layout's key prefix (see
+    /// [`LaravelTransport::dead_letter_queues`](super::LaravelTransport::dead_letter_queues)).
+    pub async fn dead_letter_queues(&self) -> crate::Result<Vec<String>> {
+        let options = &self.inner.options;
+        let pattern = format!("*{}", glob_escape(&options.dlq_suffix));
+        let keys = self.inner.connection.lists_matching(&pattern).await?;
+        Ok(keys
+            .into_iter()
+            .filter(|key| !key.starts_with(&options.key_prefix))
+            .collect())
     }
 
     /// A message reserved earlier by a prefetching reserve, or else the sweep and reserve
