@@ -65,6 +65,10 @@ async fn the_default_layout_is_browsed_in_order_and_a_value_removed() {
     let found = transport.dead_letter_queues().await.unwrap();
     assert!(found.contains(&dlq), "{found:?}");
     assert!(!found.contains(&queue), "{found:?}");
+
+    assert_eq!(transport.purge(&dlq).await.unwrap(), 50);
+    assert_eq!(transport.depth(&dlq).await.unwrap(), 0);
+    assert_eq!(transport.purge(&dlq).await.unwrap(), 0);
 }
 
 #[tokio::test]
@@ -89,6 +93,9 @@ async fn the_laravel_layout_is_browsed_and_its_dead_letter_queues_found_apart() 
     assert_eq!(laravel.browse(&dlq, None).await.unwrap(), sent);
     assert!(laravel.remove(&dlq, &sent[0]).await.unwrap());
     assert_eq!(laravel.browse(&dlq, None).await.unwrap(), &sent[1..]);
+    assert_eq!(laravel.purge(&dlq).await.unwrap(), 9);
+    assert!(laravel.browse(&dlq, None).await.unwrap().is_empty());
+    laravel.publish(&dlq, sent[0].clone(), &[]).await.unwrap();
 
     assert!(laravel.dead_letter_queues().await.unwrap().contains(&dlq));
     let default_found = default.dead_letter_queues().await.unwrap();

@@ -5,4 +5,5 @@ pub(crate) mod babel;
 pub(crate) mod bench;
 pub(crate) mod connect;
 pub(crate) mod demo;
+pub(crate) mod dlq;
 pub(crate) mod payload;

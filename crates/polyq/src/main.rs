@@ -31,6 +31,12 @@ enum Command {
     /// A timeline of AceMQ and BabelQueue at work: retries, dead-letters, parking, poison and a
     /// redrive, on the embedded broker unless --url names another.
     Demo(cli::demo::Demo),
+    /// Dead-letter and parked queues of both families: list, show, groups, replay, delete,
+    /// purge, export and import.
+    Dlq {
+        #[command(subcommand)]
+        command: cli::dlq::Command,
+    },
     /// Benchmarks measured side by side against the raw client in one run.
     Bench {
         #[command(subcommand)]
@@ -78,6 +84,7 @@ async fn main() -> ExitCode {
         Command::Babel { command } => cli::babel::run(command).await,
         Command::Bench { command } => cli::bench::run(command).await,
         Command::Demo(demo) => cli::demo::run(demo).await,
+        Command::Dlq { command } => cli::dlq::run(command).await,
     };
     match outcome {
         Ok(code) => code,

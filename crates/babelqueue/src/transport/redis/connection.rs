@@ -177,6 +177,16 @@ impl Connection {
         Ok(removed > 0)
     }
 
+    /// Deletes the list `key` and answers how many values it held, in one step.
+    pub(super) async fn list_purge(&self, key: &str) -> crate::Result<u64> {
+        let command = redis::cmd("EVAL")
+            .arg("local n = redis.call('LLEN', KEYS[1]); redis.call('DEL', KEYS[1]); return n")
+            .arg(1)
+            .arg(key)
+            .clone();
+        self.query(&command, || format!("purge {key:?}")).await
+    }
+
     /// Every list whose key matches the glob `pattern`, by `SCAN`, sorted.
     pub(super) async fn lists_matching(&self, pattern: &str) -> crate::Result<Vec<String>> {
         let mut cursor: u64 = 0;

@@ -161,6 +161,11 @@ impl RedisTransport {
         Ok(())
     }
 
+    /// Removes every message of `queue` at once and answers how many there were.
+    pub async fn purge(&self, queue: &str) -> crate::Result<u64> {
+        self.inner.connection.list_purge(queue).await
+    }
+
     /// The dead-letter queues on the server: every list named `<queue><dlq suffix>`, except
     /// those under the Laravel layout's key prefix (see
     /// [`LaravelTransport::dead_letter_queues`](super::LaravelTransport::dead_letter_queues)).

@@ -146,6 +146,11 @@ impl LaravelTransport {
             .await
     }
 
+    /// Removes every message of `queue`'s ready list at once and answers how many there were.
+    pub async fn purge(&self, queue: &str) -> crate::Result<u64> {
+        self.inner.connection.list_purge(&self.key(queue)).await
+    }
+
     /// The dead-letter queues on the server in this layout: every list
     /// `<prefix><queue><dlq suffix>`, named without the prefix.
     pub async fn dead_letter_queues(&self) -> crate::Result<Vec<String>> {
