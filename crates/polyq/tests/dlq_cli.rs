@@ -161,6 +161,22 @@ async fn acemq_dead_letters_are_shown_grouped_and_replayed_by_id_and_group() {
     assert_eq!(listed[0]["queue"], dlq);
     assert_eq!(listed[0]["depth"], 10);
     assert_eq!(listed[0]["top_errors"][0]["count"], 5);
+    // A topology plan names the set-aside queues to list.
+    let plan = std::env::temp_dir().join(format!("{dlq}.plan.json"));
+    let queues = json!({"queues": [{"name": rabbit.queue}, {"name": dlq}]});
+    std::fs::write(&plan, queues.to_string()).unwrap();
+    let args = [
+        "dlq",
+        "list",
+        "--url",
+        url,
+        "--topology",
+        plan.to_str().unwrap(),
+    ];
+    let from_plan = run(&args);
+    std::fs::remove_file(&plan).ok();
+    assert_eq!(from_plan.len(), 1, "{from_plan:?}");
+    assert_eq!(from_plan[0]["queue"], dlq);
 
     let replayed = run(&["dlq", "replay", "--url", url, "--queue", dlq, "--id", "m-4"]);
     assert_eq!(replayed[0]["moved"]["acemq"], 1);

@@ -22,6 +22,7 @@ use babelqueue::redrive::RedriveOptions;
 use babelqueue::transport::{AnyTransport, ConnectOptions};
 use clap::{Subcommand, ValueEnum};
 use polyq_amqp::MessageJson;
+use serde_json::Value;
 
 use render::{Output, Progress};
 use row::{Family, Row, Selection};
@@ -38,6 +39,10 @@ pub(crate) enum Command {
         /// A queue to include (repeatable); on RabbitMQ the queues to list.
         #[arg(long = "queue", value_name = "QUEUE")]
         queues: Vec<String>,
+        /// A topology plan (`polyq acemq topology plan` output): its `.dlq` and `.parked`
+        /// queues are listed.
+        #[arg(long, value_name = "FILE")]
+        topology: Option<PathBuf>,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -158,9 +163,15 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List {
             broker,
-            queues,
+            mut queues,
+            topology,
             output,
-        } => list(&broker, queues, output.output()).await,
+        } => {
+            if let Some(path) = topology {
+                queues.extend(set_aside_queues(&path)?);
+            }
+            list(&broker, queues, output.output()).await
+        }
         Command::Show {
             broker,
             queue,
@@ -295,7 +306,8 @@ async fn list(
     queues.dedup();
     if queues.is_empty() && !store.is_redis() {
         anyhow::bail!(
-            "name the dead-letter queues with --queue (RabbitMQ cannot list its queues over AMQP)"
+            "name the dead-letter queues with --queue or --topology (RabbitMQ cannot list its \
+             queues over AMQP)"
         );
     }
     let mut summaries = Vec::with_capacity(queues.len());
@@ -371,6 +383,22 @@ async fn replay(
     progress.finish();
     println!("{}", serde_json::json!({"queue": queue, "moved": moved}));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `.dlq` and `.parked` queues of a topology plan.
+fn set_aside_queues(path: &PathBuf) -> anyhow::Result<Vec<String>> {
+    let named = || format!("--topology {}", path.display());
+    let text = std::fs::read_to_string(path).with_context(named)?;
+    let plan: Value = serde_json::from_str(&text).with_context(named)?;
+    let queues = plan["queues"]
+        .as_array()
+        .with_context(|| format!("{}: expected a plan with a `queues` array", named()))?;
+    Ok(queues
+        .iter()
+        .filter_map(|queue| queue["name"].as_str())
+        .filter(|name| name.ends_with(".dlq") || name.ends_with(".parked"))
+        .map(str::to_owned)
+        .collect())
 }
 
 fn confirmed(question: &str) -> anyhow::Result<bool> {
