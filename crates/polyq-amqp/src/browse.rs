@@ -82,12 +82,7 @@ pub async fn sweep(
             let Some(delivery) = client.get(queue).await? else {
                 break;
             };
-            let message = MessageJson::new(
-                delivery.exchange.clone(),
-                delivery.routing_key.clone(),
-                delivery.properties.clone(),
-                delivery.body.clone(),
-            );
+            let message = MessageJson::of_delivery(&delivery);
             let taken = take(&message);
             if taken {
                 delivery.ack().await?;

@@ -2,6 +2,7 @@
 //! `amqp`) and against the embedded broker (`memory://`), so that a runtime behaves the same on
 //! both. Where they differ, the embedded broker is the one to fix.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeSet;
@@ -16,30 +17,6 @@ use polyq_amqp::{
 use tokio::time::Instant;
 
 use common::{Fixture, within};
-
-/// Generates, for each async test body `name(url)`, a test per broker.
-macro_rules! on_both_brokers {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::common::run(super::common::memory_url(), super::$name).await;
-                }
-            )*
-        }
-
-        #[cfg(feature = "amqp")]
-        mod rabbitmq {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::common::run(polyq_testkit::amqp_url(), super::$name).await;
-                }
-            )*
-        }
-    };
-}
 
 on_both_brokers!(
     headers_of_every_field_type_and_all_properties_round_trip,

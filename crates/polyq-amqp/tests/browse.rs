@@ -1,7 +1,11 @@
 //! Reading a queue without consuming it, on RabbitMQ and the embedded broker: count and order
 //! are kept, and a sweep removes exactly its selection.
 
-#[allow(dead_code, reason = "the fixture is shared with behaviour.rs, which uses all of it")]
+#[allow(
+    dead_code,
+    reason = "the fixture is shared with behaviour.rs, which uses all of it"
+)]
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -10,29 +14,6 @@ use polyq_amqp::browse::{browse, sweep};
 use polyq_amqp::{ClientOptions, OutgoingMessage, Properties, PublishOutcome, QueueSpec};
 
 use common::{Fixture, within};
-
-macro_rules! on_both_brokers {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::common::run(super::common::memory_url(), super::$name).await;
-                }
-            )*
-        }
-
-        #[cfg(feature = "amqp")]
-        mod rabbitmq {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::common::run(polyq_testkit::amqp_url(), super::$name).await;
-                }
-            )*
-        }
-    };
-}
 
 on_both_brokers!(
     browsing_keeps_count_and_order,

@@ -363,6 +363,17 @@ fn dead_lettered(queue: &str, n: usize, error: &str) -> (String, String) {
     (id, envelope.encode().unwrap())
 }
 
+/// Everything the Redis list `key` holds.
+async fn list(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
 async fn redis_dead_letters_round_trip(layout: &str, key_prefix: &str) {
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name(&format!("polyq-dlq-cli-{layout}"));
@@ -425,13 +436,7 @@ async fn redis_dead_letters_round_trip(layout: &str, key_prefix: &str) {
         6
     );
     std::fs::remove_file(&file).ok();
-    let stored: Vec<String> = redis::cmd("LRANGE")
-        .arg(format!("{key_prefix}{dlq}"))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let stored = list(&mut raw, &format!("{key_prefix}{dlq}")).await;
     assert_eq!(stored, jobs);
 
     assert_eq!(
@@ -443,13 +448,7 @@ async fn redis_dead_letters_round_trip(layout: &str, key_prefix: &str) {
     let left = ids(&with("show", &["--queue", &dlq]));
     let expected: Vec<String> = [0, 3, 4, 5].iter().map(|&n| job_ids[n].clone()).collect();
     assert_eq!(left, expected);
-    let source: Vec<String> = redis::cmd("LRANGE")
-        .arg(format!("{key_prefix}{queue}"))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let source = list(&mut raw, &format!("{key_prefix}{queue}")).await;
     assert_eq!(source.len(), 1, "{source:?}");
     assert!(source[0].contains(&job_ids[2]), "{source:?}");
 

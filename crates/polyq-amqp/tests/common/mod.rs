@@ -118,3 +118,27 @@ pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
         .await
         .unwrap_or_else(|_| panic!("timed out after {LIMIT:?} waiting for {what}"))
 }
+
+/// Generates, for each async test body `name(url)`, a test per broker.
+macro_rules! on_both_brokers {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::common::run(super::common::memory_url(), super::$name).await;
+                }
+            )*
+        }
+
+        #[cfg(feature = "amqp")]
+        mod rabbitmq {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::common::run(polyq_testkit::amqp_url(), super::$name).await;
+                }
+            )*
+        }
+    };
+}

@@ -24,6 +24,7 @@ use clap::{Subcommand, ValueEnum};
 use polyq_amqp::MessageJson;
 use serde_json::Value;
 
+use crate::cli::babel::progress::Counted;
 use render::{Output, Progress};
 use row::{Family, Row, Selection};
 use store::{BrokerArgs, Store};
@@ -49,10 +50,7 @@ pub(crate) enum Command {
     /// The messages of a dead-letter queue, decoded beside the wire message, none consumed.
     Show {
         #[command(flatten)]
-        broker: BrokerArgs,
-        /// The dead-letter (or parked) queue.
-        #[arg(long)]
-        queue: String,
+        target: QueueArgs,
         /// Show at most this many of the selected messages.
         #[arg(long)]
         limit: Option<usize>,
@@ -64,10 +62,7 @@ pub(crate) enum Command {
     /// The failures of a dead-letter queue grouped by error fingerprint.
     Groups {
         #[command(flatten)]
-        broker: BrokerArgs,
-        /// The dead-letter (or parked) queue.
-        #[arg(long)]
-        queue: String,
+        target: QueueArgs,
         #[command(flatten)]
         selection: Selection,
         #[command(flatten)]
@@ -78,30 +73,21 @@ pub(crate) enum Command {
     #[command(visible_alias = "redrive")]
     Replay {
         #[command(flatten)]
-        broker: BrokerArgs,
-        /// The dead-letter (or parked) queue.
-        #[arg(long)]
-        queue: String,
+        target: QueueArgs,
         #[command(flatten)]
         selection: Selection,
     },
     /// Removes the selected messages (at least one filter is required; `purge` removes all).
     Delete {
         #[command(flatten)]
-        broker: BrokerArgs,
-        /// The dead-letter (or parked) queue.
-        #[arg(long)]
-        queue: String,
+        target: QueueArgs,
         #[command(flatten)]
         selection: Selection,
     },
     /// Removes every message of the queue, after asking (or with --yes).
     Purge {
         #[command(flatten)]
-        broker: BrokerArgs,
-        /// The dead-letter (or parked) queue.
-        #[arg(long)]
-        queue: String,
+        target: QueueArgs,
         /// Do not ask.
         #[arg(long)]
         yes: bool,
@@ -109,10 +95,7 @@ pub(crate) enum Command {
     /// Writes the selected messages to a file, one message JSON object per line, none consumed.
     Export {
         #[command(flatten)]
-        broker: BrokerArgs,
-        /// The dead-letter (or parked) queue.
-        #[arg(long)]
-        queue: String,
+        target: QueueArgs,
         /// The file to write.
         #[arg(long)]
         to: PathBuf,
@@ -130,6 +113,16 @@ pub(crate) enum Command {
         #[arg(long)]
         from: PathBuf,
     },
+}
+
+/// A dead-letter or parked queue and its broker.
+#[derive(Debug, clap::Args)]
+pub(crate) struct QueueArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// The dead-letter (or parked) queue.
+    #[arg(long)]
+    queue: String,
 }
 
 /// How results are written.
@@ -173,8 +166,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             list(&broker, queues, output.output()).await
         }
         Command::Show {
-            broker,
-            queue,
+            target: QueueArgs { broker, queue },
             limit,
             selection,
             output,
@@ -185,8 +177,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Groups {
-            broker,
-            queue,
+            target: QueueArgs { broker, queue },
             selection,
             output,
         } => {
@@ -195,13 +186,11 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Replay {
-            broker,
-            queue,
+            target: QueueArgs { broker, queue },
             selection,
         } => replay(&broker, &queue, &selection).await,
         Command::Delete {
-            broker,
-            queue,
+            target: QueueArgs { broker, queue },
             selection,
         } => {
             anyhow::ensure!(
@@ -229,7 +218,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Purge { broker, queue, yes } => {
+        Command::Purge {
+            target: QueueArgs { broker, queue },
+            yes,
+        } => {
             if !yes && !confirmed(&format!("remove every message of {queue}?"))? {
                 anyhow::bail!("not purged: answer `y` or pass --yes");
             }
@@ -238,8 +230,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Export {
-            broker,
-            queue,
+            target: QueueArgs { broker, queue },
             to,
             selection,
         } => {
@@ -352,7 +343,9 @@ async fn replay(
             .with_context(|| format!("--url {}", polyq_amqp::redact_url(&broker.url)))?;
         let mut replay = Replay::from_queue(&mq, queue)
             .with_context(|| format!("--queue {queue}: not a .dlq or .parked queue"))?;
-        if !everything {
+        // AceMQ reads any AMQP message, so beside BabelQueue jobs only the AceMQ ones read
+        // first are replayed.
+        if !everything || count(Family::Babelqueue) > 0 {
             replay = replay.filter(move |envelope| acemq_ids.contains(envelope.id()));
         }
         let outcome = replay
@@ -377,8 +370,10 @@ async fn replay(
                     .is_some_and(|id| babel_ids.contains(id))
             });
         }
-        let report = babelqueue::redrive::redrive(&transport, queue, &options).await?;
-        moved.insert("babelqueue", report.redriven as u64);
+        let transport = Counted::new(transport, queue, 0);
+        let outcome = babelqueue::redrive::redrive(&transport, queue, &options).await;
+        transport.finish();
+        moved.insert("babelqueue", outcome?.redriven as u64);
     }
     progress.finish();
     println!("{}", serde_json::json!({"queue": queue, "moved": moved}));
