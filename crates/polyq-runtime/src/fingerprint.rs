@@ -80,6 +80,66 @@ impl fmt::Display for Fingerprint {
     }
 }
 
+/// The failures of one [`Fingerprint`], as [`group`] gathers them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Group<S> {
+    /// What the failures have in common.
+    pub fingerprint: Fingerprint,
+    /// How many failures.
+    pub count: u64,
+    /// The earliest and latest time given with a failure (any unit; the dead-letter tools
+    /// use epoch milliseconds), `None` when no failure of the group had one.
+    pub first_seen: Option<i64>,
+    /// See [`Group::first_seen`].
+    pub last_seen: Option<i64>,
+    /// The sample given with the group's first failure.
+    pub sample: S,
+}
+
+/// Gathers failures, each a fingerprint, a time when known and a sample, into groups: the
+/// largest first, groups of equal size in the order their first failure came.
+///
+/// ```
+/// use polyq_runtime::{Fingerprint, group};
+///
+/// let failures = [("KeyError: 1", 30), ("OSError: disk 2 full", 10), ("KeyError: 7", 20)];
+/// let groups = group(failures.iter().map(|(error, at)| (Fingerprint::of(None, error), Some(*at), *error)));
+/// assert_eq!(groups[0].fingerprint.to_string(), "KeyError: <n>");
+/// assert_eq!((groups[0].count, groups[0].first_seen, groups[0].last_seen), (2, Some(20), Some(30)));
+/// assert_eq!(groups[0].sample, "KeyError: 1");
+/// assert_eq!(groups[1].count, 1);
+/// ```
+pub fn group<S>(
+    failures: impl IntoIterator<Item = (Fingerprint, Option<i64>, S)>,
+) -> Vec<Group<S>> {
+    let mut groups: Vec<Group<S>> = Vec::new();
+    let mut index: std::collections::HashMap<Fingerprint, usize> = std::collections::HashMap::new();
+    for (fingerprint, at, sample) in failures {
+        if let Some(&slot) = index.get(&fingerprint) {
+            let group = &mut groups[slot];
+            group.count += 1;
+            group.first_seen = match (group.first_seen, at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            group.last_seen = group.last_seen.max(at);
+        } else {
+            index.insert(fingerprint.clone(), groups.len());
+            groups.push(Group {
+                fingerprint,
+                count: 1,
+                first_seen: at,
+                last_seen: at,
+                sample,
+            });
+        }
+    }
+    // Stable: groups of equal size keep their order of first appearance.
+    groups.sort_by_key(|group| std::cmp::Reverse(group.count));
+    groups
+}
+
 /// `("Type", "rest")` for `"Type: rest"` when `Type` reads as a type name: starts with a letter
 /// or `_`, holds only word characters, `.`, `$` and `::`, and has an upper-case letter (so a
 /// lower-case lead such as `handler failed: …` or `error: …` stays part of the message).
@@ -345,6 +405,47 @@ mod tests {
         let blank = Fingerprint::of(Some("  "), "KeyError: 1");
         assert_eq!(blank.kind(), Some("KeyError"));
         assert_eq!(blank.message(), "<n>");
+    }
+
+    #[test]
+    fn groups_count_span_and_keep_the_first_sample() {
+        let failures = [
+            ("A: 1", Some(5), 'a'),
+            ("B: x", None, 'b'),
+            ("A: 2", None, 'c'),
+            ("B: y", Some(9), 'd'),
+            ("A: 3", Some(1), 'e'),
+            ("C", None, 'f'),
+        ];
+        let groups = group(
+            failures
+                .iter()
+                .map(|(error, at, sample)| (Fingerprint::of(None, error), *at, *sample)),
+        );
+        // Text, count, first and last seen, sample.
+        type Seen = (String, u64, Option<i64>, Option<i64>, char);
+        let seen: Vec<Seen> = groups
+            .iter()
+            .map(|g| {
+                (
+                    g.fingerprint.to_string(),
+                    g.count,
+                    g.first_seen,
+                    g.last_seen,
+                    g.sample,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("A: <n>".to_owned(), 3, Some(1), Some(5), 'a'),
+                ("B: x".to_owned(), 1, None, None, 'b'),
+                ("B: y".to_owned(), 1, Some(9), Some(9), 'd'),
+                ("C".to_owned(), 1, None, None, 'f'),
+            ]
+        );
+        assert!(group(Vec::<(Fingerprint, Option<i64>, ())>::new()).is_empty());
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //!   after it, the `after` call only for those whose `before` passed, every call panic-contained.
 //! - [`Shutdown`]: the stop signal a worker or consumer waits on, graceful or immediate, with
 //!   [`Shutdown::on_signals`] for SIGINT and SIGTERM.
-//! - [`Fingerprint`]: an error with its values taken out, so the dead-letter tools of both
-//!   families group failures alike.
+//! - [`Fingerprint`] and [`group`]: an error with its values taken out, and failures gathered
+//!   by it, so the dead-letter tools of both families group alike.
 //! - [`BoxError`]: the error an interceptor or handler returns when its type does not matter.
 //!
 //! Both crates re-export what their APIs take (`babelqueue::worker::Shutdown`,
@@ -41,7 +41,7 @@ mod panic;
 mod shutdown;
 
 pub use chain::{Before, InterceptorChain, Refusal};
-pub use fingerprint::Fingerprint;
+pub use fingerprint::{Fingerprint, Group, group};
 pub use panic::{Panic, catch_panic, catch_panic_sync, panic_message};
 pub use shutdown::Shutdown;
 

@@ -1,7 +1,6 @@
 //! How the `dlq` verbs write: a table on a terminal, one JSON object per line otherwise, and a
 //! progress bar on standard error (when it is a terminal) for the verbs that move messages.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
 use std::time::Duration;
 
@@ -36,38 +35,21 @@ pub(crate) struct Group {
 
 /// The groups of `rows`, the largest first (ties by first appearance).
 pub(crate) fn groups(rows: &[Row]) -> Vec<Group> {
-    let mut groups: Vec<Group> = Vec::new();
-    let mut index: BTreeMap<&str, usize> = BTreeMap::new();
-    for row in rows {
+    polyq_runtime::group(rows.iter().map(|row| {
         let summary = &row.summary;
-        let at = summary.at_ms;
-        let slot = *index.entry(&summary.group_key).or_insert_with(|| {
-            groups.push(Group {
-                group_key: summary.group_key.clone(),
-                group: summary.group.clone(),
-                count: 0,
-                first_seen_ms: at,
-                last_seen_ms: at,
-                sample_id: summary.id.clone(),
-                sample_error: summary.error.clone(),
-            });
-            groups.len() - 1
-        });
-        let group = &mut groups[slot];
-        group.count += 1;
-        group.first_seen_ms = min_some(group.first_seen_ms, at);
-        group.last_seen_ms = group.last_seen_ms.max(at);
-    }
-    // Stable: equal counts keep their order of first appearance.
-    groups.sort_by_key(|group| std::cmp::Reverse(group.count));
-    groups
-}
-
-fn min_some(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+        (summary.fingerprint.clone(), summary.at_ms, summary)
+    }))
+    .into_iter()
+    .map(|group| Group {
+        group_key: group.fingerprint.key(),
+        group: group.fingerprint.to_string(),
+        count: group.count,
+        first_seen_ms: group.first_seen,
+        last_seen_ms: group.last_seen,
+        sample_id: group.sample.id.clone(),
+        sample_error: group.sample.error.clone(),
+    })
+    .collect()
 }
 
 /// One line of `list`.
