@@ -363,6 +363,73 @@ fn dead_lettered(queue: &str, n: usize, error: &str) -> (String, String) {
     (id, envelope.encode().unwrap())
 }
 
+#[tokio::test]
+async fn babelqueue_and_acemq_dead_letters_side_by_side_on_rabbitmq() {
+    let rabbit = Rabbit::new("babel").await;
+    rabbit.dead_letter(2).await;
+    let (job_id, job) = dead_lettered(&rabbit.queue, 0, "no stock for sku-9");
+    let client = Client::connect(&rabbit.url).await.unwrap();
+    let properties = Properties {
+        content_type: Some("application/json".to_owned()),
+        ..Properties::default()
+    };
+    client
+        .publish(OutgoingMessage::new(
+            "",
+            rabbit.dlq.as_str(),
+            properties,
+            job,
+        ))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    client.close().await.unwrap();
+    let url = rabbit.url.as_str();
+    let dlq = rabbit.dlq.as_str();
+
+    let shown = run(&["dlq", "show", "--url", url, "--queue", dlq]);
+    let families: Vec<&str> = shown
+        .iter()
+        .map(|row| row["family"].as_str().unwrap())
+        .collect();
+    assert_eq!(families, ["acemq", "acemq", "babelqueue"]);
+    assert_eq!(shown[2]["id"], job_id.as_str());
+    assert_eq!(shown[2]["exception"], "ValueError");
+    assert_eq!(shown[2]["dead_letter"]["error"], "no stock for sku-9");
+
+    let table = success_lines(
+        polyq(&[
+            "dlq", "groups", "--url", url, "--queue", dlq, "--output", "table",
+        ]),
+        &["dlq", "groups"],
+    );
+    assert!(table[0].starts_with("COUNT"), "{table:?}");
+    assert_eq!(table.len(), 4, "{table:?}");
+
+    let moved = run(&[
+        "dlq",
+        "replay",
+        "--url",
+        url,
+        "--queue",
+        dlq,
+        "--urn",
+        "urn:babel:orders:created",
+    ]);
+    assert_eq!(moved[0]["moved"], json!({"babelqueue": 1}));
+    assert_eq!(rabbit.ids_in(dlq).await, ["m-0", "m-1"]);
+    let source = browse(&rabbit.url, ClientOptions::default(), &rabbit.queue, None)
+        .await
+        .unwrap();
+    assert_eq!(source.len(), 1);
+    let body = std::str::from_utf8(&source[0].message.body).unwrap();
+    assert!(
+        body.contains(&job_id) && !body.contains("dead_letter"),
+        "{body}"
+    );
+}
+
 /// Everything the Redis list `key` holds.
 async fn list(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<String> {
     redis::cmd("LRANGE")
