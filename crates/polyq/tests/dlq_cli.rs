@@ -279,6 +279,15 @@ async fn an_export_imports_back_byte_for_byte_on_rabbitmq() {
         path,
     ]);
     assert_eq!(imported[0]["imported"], 5);
+    // An import to a queue that does not exist fails instead of dropping the messages, and
+    // says so without printing them.
+    let missing = format!("{}.missing", rabbit.queue);
+    let args = [
+        "dlq", "import", "--url", url, "--queue", &missing, "--from", path,
+    ];
+    let refused = common::failure(&args);
+    assert!(refused.contains("does not exist"), "{refused}");
+    assert!(!refused.contains("order"), "{refused}");
     std::fs::remove_file(&file).ok();
 
     let after = browse(&rabbit.url, ClientOptions::default(), &rabbit.dlq, None)

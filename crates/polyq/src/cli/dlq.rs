@@ -276,7 +276,7 @@ async fn selected(store: &Store, queue: &str, selection: &Selection) -> anyhow::
     let now = OffsetDateTime::now_utc();
     let redis = store.is_redis();
     Ok(store
-        .read(queue, None)
+        .read(queue)
         .await?
         .into_iter()
         .enumerate()

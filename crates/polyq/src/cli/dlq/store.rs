@@ -36,8 +36,52 @@ pub(crate) struct Stored {
 /// An open broker.
 pub(crate) enum Store {
     Amqp { url: String, options: ClientOptions },
-    Redis(RedisTransport),
+    Redis(RedisList),
+}
+
+/// A Redis server in one of the two key layouts.
+pub(crate) enum RedisList {
+    Default(RedisTransport),
     Laravel(LaravelTransport),
+}
+
+impl RedisList {
+    async fn dead_letter_queues(&self) -> babelqueue::Result<Vec<String>> {
+        match self {
+            Self::Default(redis) => redis.dead_letter_queues().await,
+            Self::Laravel(laravel) => laravel.dead_letter_queues().await,
+        }
+    }
+
+    async fn browse(&self, queue: &str) -> babelqueue::Result<Vec<bytes::Bytes>> {
+        match self {
+            Self::Default(redis) => redis.browse(queue, None).await,
+            Self::Laravel(laravel) => laravel.browse(queue, None).await,
+        }
+    }
+
+    async fn remove(&self, queue: &str, stored: &[u8]) -> babelqueue::Result<bool> {
+        match self {
+            Self::Default(redis) => redis.remove(queue, stored).await,
+            Self::Laravel(laravel) => laravel.remove(queue, stored).await,
+        }
+    }
+
+    async fn purge(&self, queue: &str) -> babelqueue::Result<u64> {
+        match self {
+            Self::Default(redis) => redis.purge(queue).await,
+            Self::Laravel(laravel) => laravel.purge(queue).await,
+        }
+    }
+
+    /// Appends a stored value as it was read: the default layout's value may be a header
+    /// frame, kept whole; Laravel's is the job itself.
+    async fn push(&self, queue: &str, stored: &bytes::Bytes) -> babelqueue::Result<()> {
+        match self {
+            Self::Default(redis) => redis.push_stored(queue, stored).await,
+            Self::Laravel(laravel) => laravel.publish(queue, stored.clone(), &[]).await,
+        }
+    }
 }
 
 impl BrokerArgs {
@@ -54,18 +98,19 @@ impl Store {
         let tls = args.tls.options()?;
         if args.url.starts_with("redis://") || args.url.starts_with("rediss://") {
             let options = RedisOptions::new().tls(tls);
-            Ok(match args.layout {
-                Layout::Default => Self::Redis(
+            let list = match args.layout {
+                Layout::Default => RedisList::Default(
                     RedisTransport::connect(&args.url, options)
                         .await
                         .with_context(named)?,
                 ),
-                Layout::Laravel => Self::Laravel(
+                Layout::Laravel => RedisList::Laravel(
                     LaravelTransport::connect(&args.url, options)
                         .await
                         .with_context(named)?,
                 ),
-            })
+            };
+            Ok(Self::Redis(list))
         } else {
             let options = ClientOptions::default().tls(tls);
             // Fail here on a wrong URL rather than at the first read.
@@ -84,7 +129,7 @@ impl Store {
 
     /// Whether the queues hold BabelQueue jobs only (Redis).
     pub(crate) fn is_redis(&self) -> bool {
-        !matches!(self, Self::Amqp { .. })
+        matches!(self, Self::Redis(_))
     }
 
     /// The dead-letter queues the broker itself can list (Redis, by `SCAN`); RabbitMQ's are the
@@ -92,20 +137,15 @@ impl Store {
     pub(crate) async fn dead_letter_queues(&self) -> anyhow::Result<Vec<String>> {
         Ok(match self {
             Self::Amqp { .. } => Vec::new(),
-            Self::Redis(redis) => redis.dead_letter_queues().await?,
-            Self::Laravel(laravel) => laravel.dead_letter_queues().await?,
+            Self::Redis(list) => list.dead_letter_queues().await?,
         })
     }
 
-    /// Up to `limit` messages from the head of `queue`, in order, none consumed.
-    pub(crate) async fn read(
-        &self,
-        queue: &str,
-        limit: Option<u64>,
-    ) -> anyhow::Result<Vec<Stored>> {
+    /// Every message of `queue`, in order, none consumed.
+    pub(crate) async fn read(&self, queue: &str) -> anyhow::Result<Vec<Stored>> {
         let context = || format!("--queue {queue}: cannot read it");
         Ok(match self {
-            Self::Amqp { url, options } => browse(url, options.clone(), queue, limit)
+            Self::Amqp { url, options } => browse(url, options.clone(), queue, None)
                 .await
                 .with_context(context)?
                 .into_iter()
@@ -114,14 +154,16 @@ impl Store {
                     redelivered: swept.redelivered,
                 })
                 .collect(),
-            Self::Redis(redis) => stored(
-                queue,
-                redis.browse(queue, limit).await.with_context(context)?,
-            ),
-            Self::Laravel(laravel) => stored(
-                queue,
-                laravel.browse(queue, limit).await.with_context(context)?,
-            ),
+            Self::Redis(list) => list
+                .browse(queue)
+                .await
+                .with_context(context)?
+                .into_iter()
+                .map(|body| Stored {
+                    message: MessageJson::new("", queue, Properties::default(), body),
+                    redelivered: false,
+                })
+                .collect(),
         })
     }
 
@@ -139,16 +181,11 @@ impl Store {
                     .with_context(context)?;
                 Ok(swept.iter().filter(|swept| swept.taken).count() as u64)
             }
-            Self::Redis(_) | Self::Laravel(_) => {
+            Self::Redis(list) => {
                 let mut removed = 0;
-                for stored in self.read(queue, None).await? {
+                for stored in self.read(queue).await? {
                     if select(&stored.message) {
-                        let body = &stored.message.body;
-                        let gone = match self {
-                            Self::Redis(redis) => redis.remove(queue, body).await,
-                            Self::Laravel(laravel) => laravel.remove(queue, body).await,
-                            Self::Amqp { .. } => unreachable!("handled above"),
-                        };
+                        let gone = list.remove(queue, &stored.message.body).await;
                         removed += u64::from(gone.with_context(context)?);
                     }
                 }
@@ -167,8 +204,7 @@ impl Store {
                 client.close().await.ok();
                 u64::from(purged?)
             }
-            Self::Redis(redis) => redis.purge(queue).await.with_context(context)?,
-            Self::Laravel(laravel) => laravel.purge(queue).await.with_context(context)?,
+            Self::Redis(list) => list.purge(queue).await.with_context(context)?,
         })
     }
 
@@ -192,9 +228,14 @@ impl Store {
                             message.properties.clone(),
                             message.body.clone(),
                         );
+                        // The outcome is named, never printed: a returned message holds the
+                        // body and headers.
                         match client.publish(outgoing).await?.await? {
                             PublishOutcome::Acked => progress(),
-                            other => anyhow::bail!("the broker did not take a message: {other:?}"),
+                            PublishOutcome::Returned(_) => {
+                                anyhow::bail!("the queue does not exist; declare it first")
+                            }
+                            _ => anyhow::bail!("the broker refused a message (nacked)"),
                         }
                     }
                     Ok(())
@@ -203,20 +244,9 @@ impl Store {
                 client.close().await.ok();
                 outcome.with_context(context)
             }
-            Self::Redis(redis) => {
+            Self::Redis(list) => {
                 for message in messages {
-                    redis
-                        .push_stored(queue, &message.body)
-                        .await
-                        .with_context(context)?;
-                    progress();
-                }
-                Ok(())
-            }
-            Self::Laravel(laravel) => {
-                for message in messages {
-                    laravel
-                        .publish(queue, message.body.clone(), &[])
+                    list.push(queue, &message.body)
                         .await
                         .with_context(context)?;
                     progress();
@@ -225,14 +255,4 @@ impl Store {
             }
         }
     }
-}
-
-fn stored(queue: &str, values: Vec<bytes::Bytes>) -> Vec<Stored> {
-    values
-        .into_iter()
-        .map(|body| Stored {
-            message: MessageJson::new("", queue, Properties::default(), body),
-            redelivered: false,
-        })
-        .collect()
 }
