@@ -64,7 +64,7 @@ async fn below_and_above_the_threshold(env: &'static Env) {
     round_trip(env, &queue, &on_disk, 10).await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
-both!(below_and_above_the_threshold);
+polyq_testkit::both_brokers!(below_and_above_the_threshold);
 
 /// The frames as Java's `ClaimCheckCodec` writes them (`0xAC 0x01 0x00` + the payload,
 /// `0xAC 0x01 0x01` + the key), published by hand, are read; ours cross the broker as those same
@@ -122,4 +122,4 @@ async fn frames_match_the_other_ports(env: &'static Env) {
     assert_eq!(std::fs::read(dir.join(key)).unwrap(), large.as_bytes());
     std::fs::remove_dir_all(&dir).unwrap();
 }
-both!(frames_match_the_other_ports);
+polyq_testkit::both_brokers!(frames_match_the_other_ports);

@@ -101,7 +101,7 @@ async fn a_hop_chain_follows_the_slip(env: &'static Env) {
     assert_eq!((counts.forwarded(), counts.completed()), (0, 1));
     assert_eq!(env.count(&end).await, 0);
 }
-both!(a_hop_chain_follows_the_slip);
+polyq_testkit::both_brokers!(a_hop_chain_follows_the_slip);
 
 async fn raw(env: &Env, queue: &str, slip: FieldValue, route: Option<RoutingSlip>) {
     let mut builder = Envelope::of("t");
@@ -168,4 +168,4 @@ async fn unreadable_slips_are_fatal_and_the_itinerary_wins(env: &'static Env) {
     assert!(follower.drain(LIMIT).await.is_clean());
     assert_eq!(counts.forwarded(), 1);
 }
-both!(unreadable_slips_are_fatal_and_the_itinerary_wins);
+polyq_testkit::both_brokers!(unreadable_slips_are_fatal_and_the_itinerary_wins);

@@ -101,7 +101,7 @@ async fn three_steps_end_to_end(env: &'static Env) {
     assert_eq!((p.completed(), p.ended_early()), (1, 0));
     remove_exchange(env, &p).await;
 }
-both!(three_steps_end_to_end);
+polyq_testkit::both_brokers!(three_steps_end_to_end);
 
 async fn a_step_returning_nothing_ends_the_run_early(env: &'static Env) {
     let p = pipeline(env, ["check", "ship", "notify"]).await;
@@ -125,7 +125,7 @@ async fn a_step_returning_nothing_ends_the_run_early(env: &'static Env) {
     assert_eq!(env.count(&p.queue_of("ship")).await, 0);
     remove_exchange(env, &p).await;
 }
-both!(a_step_returning_nothing_ends_the_run_early);
+polyq_testkit::both_brokers!(a_step_returning_nothing_ends_the_run_early);
 
 async fn a_replayed_message_resumes_at_its_step(env: &'static Env) {
     let p = pipeline(env, ["receive", "enrich", "send"]).await;
@@ -212,7 +212,7 @@ async fn a_replayed_message_resumes_at_its_step(env: &'static Env) {
     }
     remove_exchange(env, &p).await;
 }
-both!(a_replayed_message_resumes_at_its_step);
+polyq_testkit::both_brokers!(a_replayed_message_resumes_at_its_step);
 
 async fn step_queues_match_a_java_declaration(env: &'static Env) {
     // polyq first, then a Java service declaring the same queues: no PRECONDITION_FAILED.
@@ -231,7 +231,7 @@ async fn step_queues_match_a_java_declaration(env: &'static Env) {
     assert!(classic.to_string().contains("x-queue-type"), "{classic}");
     remove_exchange(env, &p).await;
 }
-both!(step_queues_match_a_java_declaration);
+polyq_testkit::both_brokers!(step_queues_match_a_java_declaration);
 
 async fn every_step_sees_attempt_one_of_the_same_message(env: &'static Env) {
     let p = pipeline(env, ["fetch", "price", "bill"]).await;
@@ -283,4 +283,4 @@ async fn every_step_sees_attempt_one_of_the_same_message(env: &'static Env) {
     }
     remove_exchange(env, &p).await;
 }
-both!(every_step_sees_attempt_one_of_the_same_message);
+polyq_testkit::both_brokers!(every_step_sees_attempt_one_of_the_same_message);

@@ -108,7 +108,7 @@ async fn replay_moves_stamps_and_resumes(env: &'static Env) {
     assert_eq!(seen.headers()["x-n"], FieldValue::I64(7));
     assert!(consumer.drain(LIMIT).await.is_clean());
 }
-both!(replay_moves_stamps_and_resumes);
+polyq_testkit::both_brokers!(replay_moves_stamps_and_resumes);
 
 async fn a_second_replay_counts_two(env: &'static Env) {
     let queue = env.queue("replay2").await;
@@ -142,7 +142,7 @@ async fn a_second_replay_counts_two(env: &'static Env) {
     assert_eq!(second.exchange, "", "back through the default exchange");
     assert_eq!(second.routing_key, queue);
 }
-both!(a_second_replay_counts_two);
+polyq_testkit::both_brokers!(a_second_replay_counts_two);
 
 async fn filter_holds_and_continues_limit_and_dry_run(env: &'static Env) {
     let queue = env.queue("filter").await;
@@ -200,7 +200,7 @@ async fn filter_holds_and_continues_limit_and_dry_run(env: &'static Env) {
     assert_eq!(env.count(&queue).await, 2);
     assert_eq!(remaining(env, &dlq).await, 1);
 }
-both!(filter_holds_and_continues_limit_and_dry_run);
+polyq_testkit::both_brokers!(filter_holds_and_continues_limit_and_dry_run);
 
 async fn a_missing_destination_loses_nothing(env: &'static Env) {
     let queue = polyq_testkit::unique_name("acemq.rt.gone");
@@ -222,7 +222,7 @@ async fn a_missing_destination_loses_nothing(env: &'static Env) {
     assert!(chain.contains("does not exist"), "{chain}");
     assert_eq!(remaining(env, &dlq).await, 1);
 }
-both!(a_missing_destination_loses_nothing);
+polyq_testkit::both_brokers!(a_missing_destination_loses_nothing);
 
 #[test]
 fn only_set_aside_queues_are_replayed() {

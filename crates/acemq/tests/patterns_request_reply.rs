@@ -44,7 +44,7 @@ async fn concurrent_requests_are_matched(env: &'static Env) {
     assert!(responder.drain(LIMIT).await.is_clean());
     Arc::into_inner(requester).unwrap().close().await.unwrap();
 }
-both!(concurrent_requests_are_matched);
+polyq_testkit::both_brokers!(concurrent_requests_are_matched);
 
 /// Answers `request` by hand, as another port's responder would.
 async fn reply_by_hand(env: &Env, request: &Envelope, reply_to: &str, body: &'static [u8]) {
@@ -115,7 +115,7 @@ async fn wire_form_timeout_and_late_replies(env: &'static Env) {
     assert_eq!(requester.late_replies(), 1);
     Arc::into_inner(requester).unwrap().close().await.unwrap();
 }
-both!(wire_form_timeout_and_late_replies);
+polyq_testkit::both_brokers!(wire_form_timeout_and_late_replies);
 
 async fn a_failing_responder_answers_once_and_rejects(env: &'static Env) {
     let queue = env.queue("rr.fail").await;
@@ -171,7 +171,7 @@ async fn a_failing_responder_answers_once_and_rejects(env: &'static Env) {
     assert!(responder.drain(LIMIT).await.is_clean());
     requester.close().await.unwrap();
 }
-both!(a_failing_responder_answers_once_and_rejects);
+polyq_testkit::both_brokers!(a_failing_responder_answers_once_and_rejects);
 
 /// A request from a plain AMQP client, addressed only by the AMQP `reply-to` property.
 async fn the_amqp_reply_to_property_is_answered(env: &'static Env) {
@@ -212,7 +212,7 @@ async fn the_amqp_reply_to_property_is_answered(env: &'static Env) {
     assert_eq!((responder.answered(), responder.unanswerable()), (1, 0));
     assert!(responder.drain(LIMIT).await.is_clean());
 }
-both!(the_amqp_reply_to_property_is_answered);
+polyq_testkit::both_brokers!(the_amqp_reply_to_property_is_answered);
 
 /// Stamps every publish of its connection with an application header.
 struct Stamp;
@@ -259,4 +259,4 @@ async fn requests_pass_publish_interceptors(env: &'static Env) {
     requester.close().await.unwrap();
     stamping.close().await.unwrap();
 }
-both!(requests_pass_publish_interceptors);
+polyq_testkit::both_brokers!(requests_pass_publish_interceptors);

@@ -1,11 +1,13 @@
-//! Property tests: write-then-read is the identity for any envelope, and reading never panics
-//! on any header table.
+//! Property tests: write-then-read is the identity for any envelope, reading never panics on
+//! any header table, and carried itineraries of every shape (well formed, of wrong types,
+//! truncated) read as the Java reader reads them.
 
 use acemq::{Envelope, Itinerary, RoutingSlip};
 use polyq_amqp::{FieldTable, FieldValue, Properties};
 use proptest::collection::{btree_map, vec};
 use proptest::option;
 use proptest::prelude::*;
+use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 const NOW: OffsetDateTime = time::macros::datetime!(2026-03-04 05:06:07.089 UTC);
@@ -186,7 +188,173 @@ proptest! {
     }
 
     #[test]
-    fn itinerary_parsing_never_panics(text in ".{0,64}") {
-        let _ = Itinerary::parse(&text);
+    fn a_well_formed_slip_reads_its_stops(slip in well_formed_slip(), spaced in any::<bool>()) {
+        let text = render(&slip, spaced);
+        let parsed = Itinerary::parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        prop_assert_eq!(readable(&parsed), expected_stops(&slip).expect("well formed"));
+        // What polyq writes reads back as the same itinerary.
+        prop_assert_eq!(Itinerary::parse(&parsed.to_json()).unwrap(), parsed);
     }
+
+    #[test]
+    fn a_slip_of_any_shape_reads_as_java_reads_it(slip in any_slip(), spaced in any::<bool>()) {
+        let text = render(&slip, spaced);
+        match (Itinerary::parse(&text), expected_stops(&slip)) {
+            (Ok(parsed), Some(expected)) => prop_assert_eq!(readable(&parsed), expected),
+            (Err(acemq::Error::InvalidItinerary { .. }), None) => {}
+            (got, expected) => prop_assert!(false, "{text}: read {got:?}, expected {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn a_truncated_slip_is_refused(
+        slip in well_formed_slip(),
+        spaced in any::<bool>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let text = render(&slip, spaced);
+        // Every strict prefix of a JSON object is unfinished JSON.
+        let boundaries: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+        let prefix = &text[..boundaries[cut.index(boundaries.len())]];
+        prop_assert!(
+            matches!(Itinerary::parse(prefix), Err(acemq::Error::InvalidItinerary { .. })),
+            "{prefix}"
+        );
+    }
+}
+
+/// The four fields of a stop, as the reader gives them.
+type StopFields = [String; 4];
+
+const STOP_FIELDS: [&str; 4] = ["exchange", "routingKey", "name", "completedAt"];
+
+/// A JSON value of any kind, a few levels deep.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        // Binary fractions only: they print and parse back to the same number.
+        (-1_000_000_i32..1_000_000).prop_map(|n| Value::from(f64::from(n) / 8.0)),
+        text().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(2, 8, 3, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..3).prop_map(Value::Array),
+            btree_map("[a-zA-Z]{1,10}", inner, 0..3)
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+/// A stop with string fields, each present or not, as every port writes one.
+fn well_formed_stop() -> impl Strategy<Value = Value> {
+    vec(option::of(text()), 4).prop_map(|fields| {
+        let mut stop = Map::new();
+        for (key, value) in STOP_FIELDS.iter().zip(fields) {
+            if let Some(value) = value {
+                stop.insert((*key).to_owned(), Value::String(value));
+            }
+        }
+        Value::Object(stop)
+    })
+}
+
+/// A stop whose fields are of any type, missing or null, beside keys no port writes; or not an
+/// object at all.
+fn any_stop() -> impl Strategy<Value = Value> {
+    let field = prop_oneof![json_value(), "[a-zA-Z]{1,10}".prop_map(Value::String),];
+    prop_oneof![
+        4 => (vec(option::of(field), 4), btree_map("[a-z]{1,6}", json_value(), 0..2))
+            .prop_map(|(fields, extra)| {
+                let mut stop: Map<String, Value> = extra.into_iter().collect();
+                for (key, value) in STOP_FIELDS.iter().zip(fields) {
+                    if let Some(value) = value {
+                        stop.insert((*key).to_owned(), value);
+                    }
+                }
+                Value::Object(stop)
+            }),
+        1 => json_value(),
+    ]
+}
+
+/// `{"steps": [...], "done": [...]}` with each list present or not.
+fn well_formed_slip() -> impl Strategy<Value = Value> {
+    (
+        option::of(vec(well_formed_stop(), 0..4)),
+        option::of(vec(well_formed_stop(), 0..4)),
+    )
+        .prop_map(|(steps, done)| slip_of(steps.map(Value::Array), done.map(Value::Array)))
+}
+
+/// A slip whose lists are arrays of stops of any shape, null, missing, or of a wrong type; or
+/// a root that is not an object.
+fn any_slip() -> impl Strategy<Value = Value> {
+    let list = prop_oneof![
+        3 => vec(any_stop(), 0..4).prop_map(Value::Array),
+        1 => json_value(),
+    ];
+    prop_oneof![
+        6 => (option::of(list.clone()), option::of(list))
+            .prop_map(|(steps, done)| slip_of(steps, done)),
+        1 => json_value(),
+    ]
+}
+
+fn slip_of(steps: Option<Value>, done: Option<Value>) -> Value {
+    let mut slip = Map::new();
+    for (key, list) in [("steps", steps), ("done", done)] {
+        if let Some(list) = list {
+            slip.insert(key.to_owned(), list);
+        }
+    }
+    Value::Object(slip)
+}
+
+fn render(slip: &Value, spaced: bool) -> String {
+    if spaced {
+        serde_json::to_string_pretty(slip).unwrap()
+    } else {
+        slip.to_string()
+    }
+}
+
+/// What the Java reader makes of `slip` (steps, done), or `None` where it refuses it: the root
+/// is not an object, or a list is neither an array nor null. A stop's field reads as its text
+/// when it is a string, number or boolean, and as empty otherwise.
+fn expected_stops(slip: &Value) -> Option<(Vec<StopFields>, Vec<StopFields>)> {
+    let root = slip.as_object()?;
+    let list = |key: &str| match root.get(key) {
+        None | Some(Value::Null) => Some(Vec::new()),
+        Some(Value::Array(stops)) => Some(stops.iter().map(expected_stop).collect()),
+        Some(_) => None,
+    };
+    Some((list("steps")?, list("done")?))
+}
+
+fn expected_stop(stop: &Value) -> StopFields {
+    STOP_FIELDS.map(|field| match stop.get(field) {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Number(number)) => number.to_string(),
+        Some(Value::Bool(flag)) => flag.to_string(),
+        _ => String::new(),
+    })
+}
+
+fn readable(itinerary: &Itinerary) -> (Vec<StopFields>, Vec<StopFields>) {
+    let fields = |stops: &[acemq::Stop]| -> Vec<StopFields> {
+        stops
+            .iter()
+            .map(|stop| {
+                [
+                    stop.exchange().to_owned(),
+                    stop.routing_key().to_owned(),
+                    stop.name().to_owned(),
+                    stop.completed_at().to_owned(),
+                ]
+            })
+            .collect()
+    };
+    (fields(itinerary.steps()), fields(itinerary.done()))
 }

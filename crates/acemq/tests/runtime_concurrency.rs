@@ -58,4 +58,4 @@ async fn handlers_run_in_parallel(env: &'static Env) {
     assert_eq!(most.load(Ordering::SeqCst), N, "never more than N at once");
     assert!(consumer.drain(LIMIT).await.is_clean());
 }
-both!(handlers_run_in_parallel);
+polyq_testkit::both_brokers!(handlers_run_in_parallel);

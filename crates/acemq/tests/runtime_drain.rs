@@ -94,7 +94,7 @@ async fn drain_lets_the_running_handler_finish(env: &'static Env) {
     // Everything not handled is back in the queue.
     assert_eq!(left_in(env, &queue, 4).await, [&b"1"[..], b"2", b"3", b"4"]);
 }
-both!(drain_lets_the_running_handler_finish);
+polyq_testkit::both_brokers!(drain_lets_the_running_handler_finish);
 
 async fn drain_interrupts_at_the_deadline(env: &'static Env) {
     let queue = env.queue("drain-deadline").await;
@@ -103,7 +103,7 @@ async fn drain_interrupts_at_the_deadline(env: &'static Env) {
     assert_eq!((report.completed, report.interrupted), (0, 1), "{report:?}");
     given_back(env, &queue).await;
 }
-both!(drain_interrupts_at_the_deadline);
+polyq_testkit::both_brokers!(drain_interrupts_at_the_deadline);
 
 /// A consumer of `queue` whose handler never finishes, once its one delivery (`1`) started;
 /// the receiver of its start reports must outlive it.
@@ -210,14 +210,14 @@ async fn drains_on_the_stop(env: &'static Env, stop: Stop) {
 async fn a_shutdown_drains_the_running_handler(env: &'static Env) {
     drains_on_the_stop(env, Stop::Asked).await;
 }
-both!(a_shutdown_drains_the_running_handler);
+polyq_testkit::both_brokers!(a_shutdown_drains_the_running_handler);
 
 #[cfg(unix)]
 async fn sigterm_drains_the_running_handler(env: &'static Env) {
     drains_on_the_stop(env, Stop::Signal).await;
 }
 #[cfg(unix)]
-both!(sigterm_drains_the_running_handler);
+polyq_testkit::both_brokers!(sigterm_drains_the_running_handler);
 
 async fn an_immediate_stop_interrupts_the_running_handler(env: &'static Env) {
     let queue = env.queue("drain-on-now").await;
@@ -232,4 +232,4 @@ async fn an_immediate_stop_interrupts_the_running_handler(env: &'static Env) {
     assert_eq!((report.completed, report.interrupted), (0, 1), "{report:?}");
     given_back(env, &queue).await;
 }
-both!(an_immediate_stop_interrupts_the_running_handler);
+polyq_testkit::both_brokers!(an_immediate_stop_interrupts_the_running_handler);

@@ -209,7 +209,7 @@ async fn outcomes_are_counted_with_java_names(env: &'static Env) {
         1
     );
 }
-both!(outcomes_are_counted_with_java_names);
+polyq_testkit::both_brokers!(outcomes_are_counted_with_java_names);
 
 async fn a_missing_rung_is_counted(env: &'static Env) {
     counters();
@@ -270,7 +270,7 @@ async fn a_missing_rung_is_counted(env: &'static Env) {
         1
     );
 }
-both!(a_missing_rung_is_counted);
+polyq_testkit::both_brokers!(a_missing_rung_is_counted);
 
 /// A consumer of a new queue rejecting every message, started without declaring its topology
 /// so that `Q.dlq` does not exist, after "keep me" was published, handled once and its
@@ -341,7 +341,7 @@ async fn a_set_aside_that_misses_is_held_not_redelivered(env: &'static Env) {
     );
     assert_eq!(counter("polyq.acemq.consume.total", &[("queue", q)]), 0);
 }
-both!(a_set_aside_that_misses_is_held_not_redelivered);
+polyq_testkit::both_brokers!(a_set_aside_that_misses_is_held_not_redelivered);
 
 async fn a_held_delivery_goes_back_at_the_drain_deadline(env: &'static Env) {
     let (queue, consumer, _) = rejecting_with_no_dlq(env, "set-aside-drained", 1).await;
@@ -360,7 +360,7 @@ async fn a_held_delivery_goes_back_at_the_drain_deadline(env: &'static Env) {
     );
     assert_eq!(counter("acemq.consume.total", &[("queue", q)]), 0);
 }
-both!(a_held_delivery_goes_back_at_the_drain_deadline);
+polyq_testkit::both_brokers!(a_held_delivery_goes_back_at_the_drain_deadline);
 
 /// The `transport` tag of `env`'s connection.
 fn transport(env: &Env) -> &'static str {
@@ -413,7 +413,7 @@ async fn requests_are_counted_with_java_names(env: &'static Env) {
     assert!(responder.drain(LIMIT).await.is_clean());
     requester.close().await.unwrap();
 }
-both!(requests_are_counted_with_java_names);
+polyq_testkit::both_brokers!(requests_are_counted_with_java_names);
 
 async fn pipeline_runs_are_counted_with_java_names(env: &'static Env) {
     counters();
@@ -509,4 +509,4 @@ async fn pipeline_runs_are_counted_with_java_names(env: &'static Env) {
     assert_eq!((pipeline.completed(), pipeline.ended_early()), (1, 1));
     env.client().delete_exchange(pipeline.name()).await.unwrap();
 }
-both!(pipeline_runs_are_counted_with_java_names);
+polyq_testkit::both_brokers!(pipeline_runs_are_counted_with_java_names);

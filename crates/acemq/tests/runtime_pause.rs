@@ -62,7 +62,7 @@ async fn messages_wait_while_paused_and_are_handled_once_after_resume(env: &'sta
     assert!(handled.try_recv().is_err(), "each message handled once");
     assert_eq!(env.count(&queue).await, 0);
 }
-both!(messages_wait_while_paused_and_are_handled_once_after_resume);
+polyq_testkit::both_brokers!(messages_wait_while_paused_and_are_handled_once_after_resume);
 
 async fn pause_lets_the_running_handler_finish_and_acknowledge(env: &'static Env) {
     let queue = env.queue("pause-running").await;
@@ -111,7 +111,7 @@ async fn pause_lets_the_running_handler_finish_and_acknowledge(env: &'static Env
     assert!(started_rx.try_recv().is_err(), "each message handled once");
     assert_eq!(env.count(&queue).await, 0);
 }
-both!(pause_lets_the_running_handler_finish_and_acknowledge);
+polyq_testkit::both_brokers!(pause_lets_the_running_handler_finish_and_acknowledge);
 
 async fn a_paused_consumer_drains_cleanly(env: &'static Env) {
     let queue = env.queue("pause-drain").await;
@@ -137,7 +137,7 @@ async fn a_paused_consumer_drains_cleanly(env: &'static Env) {
         "the message waits for the next consumer"
     );
 }
-both!(a_paused_consumer_drains_cleanly);
+polyq_testkit::both_brokers!(a_paused_consumer_drains_cleanly);
 
 /// On RabbitMQ, the broker closes this test's connection (and only it) while the consumer is
 /// paused: the recovered connection re-creates the client's consumers, but not this one.

@@ -1,9 +1,10 @@
 //! Publishing: a typed round trip with the envelope stamped, unroutable messages refused,
-//! `send_all` reporting a partial failure, publish interceptors.
+//! `send_all` reporting a partial failure, publish interceptors, and `send_async` held back
+//! at `max_outstanding_confirms`.
 
 mod common;
 
-use acemq::{Envelope, Message, RuntimeError};
+use acemq::{AceMq, DEFAULT_MAX_OUTSTANDING_CONFIRMS, Envelope, Message, RuntimeError};
 use common::{Env, LIMIT};
 use polyq_amqp::{FieldValue, QueueSpec};
 use serde::{Deserialize, Serialize};
@@ -79,7 +80,7 @@ async fn typed_round_trip(env: &'static Env) {
     assert!(report.is_clean(), "{report:?}");
     assert_eq!(env.count(&queue).await, 0, "both messages acknowledged");
 }
-both!(typed_round_trip);
+polyq_testkit::both_brokers!(typed_round_trip);
 
 async fn wire_properties_are_the_contract(env: &'static Env) {
     let queue = env.queue("wire").await;
@@ -108,7 +109,7 @@ async fn wire_properties_are_the_contract(env: &'static Env) {
     );
     assert_eq!(&delivery.body[..], br#"{"id":1,"item":"pen"}"#);
 }
-both!(wire_properties_are_the_contract);
+polyq_testkit::both_brokers!(wire_properties_are_the_contract);
 
 async fn unroutable_publish_is_an_error(env: &'static Env) {
     let key = polyq_testkit::unique_name("acemq.rt.nobody");
@@ -134,7 +135,7 @@ async fn unroutable_publish_is_an_error(env: &'static Env) {
         .await
         .expect("an unroutable message may be dropped when allowed");
 }
-both!(unroutable_publish_is_an_error);
+polyq_testkit::both_brokers!(unroutable_publish_is_an_error);
 
 async fn send_all_reports_partial_failure(env: &'static Env) {
     let name = polyq_testkit::unique_name("acemq.rt.bounded");
@@ -175,7 +176,79 @@ async fn send_all_reports_partial_failure(env: &'static Env) {
     let sent = publisher.send_all([6, 7]).await.expect("room again");
     assert_eq!(sent.len(), 2);
 }
-both!(send_all_reports_partial_failure);
+polyq_testkit::both_brokers!(send_all_reports_partial_failure);
+
+/// With `cap` confirms outstanding (sent with `send_async`, not yet awaited), the next
+/// `send_async` does not hand its message to the broker until one of them is settled.
+async fn send_async_waits_at_the_cap(env: &Env, mq: &AceMq, queue: &str, cap: usize) {
+    let publisher = mq.publisher::<usize>("", queue);
+    let mut outstanding = Vec::with_capacity(cap);
+    for n in 0..cap {
+        outstanding.push(publisher.send_async(&n).await.expect("below the cap"));
+    }
+    let beyond = publisher.send_async(&cap);
+    tokio::pin!(beyond);
+    // Until the broker holds every message sent so far, the one beyond the cap must not get
+    // through; once it does, it still must not.
+    let held = u32::try_from(cap).unwrap();
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut beyond => panic!("send_async returned with {cap} confirms outstanding"),
+                count = env.count(queue) => if count == held { break },
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{cap} messages did not all reach {queue}"));
+    assert!(futures_util::poll!(&mut beyond).is_pending());
+    assert_eq!(
+        env.count(queue).await,
+        held,
+        "nothing beyond the cap was published"
+    );
+
+    // Settling one confirm lets it through.
+    let first = outstanding.remove(0);
+    first.await.expect("confirmed");
+    let last = tokio::time::timeout(LIMIT, beyond)
+        .await
+        .expect("a settled confirm frees a place")
+        .expect("published");
+    outstanding.push(last);
+    for confirm in outstanding {
+        confirm.await.expect("confirmed");
+    }
+    let bodies: Vec<String> = env
+        .take(queue, cap + 1)
+        .await
+        .into_iter()
+        .map(|d| String::from_utf8(d.body.to_vec()).unwrap())
+        .collect();
+    let expected: Vec<String> = (0..=cap).map(|n| n.to_string()).collect();
+    assert_eq!(bodies, expected, "every message arrived once, in order");
+}
+
+async fn send_async_honours_max_outstanding_confirms(env: &'static Env) {
+    let queue = env.queue("backpressure").await;
+    let mq = AceMq::builder()
+        .url(env.url.as_str())
+        .max_outstanding_confirms(2)
+        .connect()
+        .await
+        .expect("connect");
+    send_async_waits_at_the_cap(env, &mq, &queue, 2).await;
+    mq.close().await.expect("close");
+}
+polyq_testkit::both_brokers!(send_async_honours_max_outstanding_confirms);
+
+async fn send_async_honours_the_default_cap(env: &'static Env) {
+    let queue = env.queue("backpressure-default").await;
+    // The harness's connection is built with the default.
+    send_async_waits_at_the_cap(env, &env.mq, &queue, DEFAULT_MAX_OUTSTANDING_CONFIRMS).await;
+}
+polyq_testkit::both_brokers!(send_async_honours_the_default_cap);
 
 /// A bad option is a configuration error naming it, not a failure of the broker.
 #[tokio::test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use acemq::Message;
 use acemq::retry::RetryPolicy;
+use acemq::topology;
 use common::{Env, LIMIT};
 use tokio::sync::mpsc;
 
@@ -50,7 +51,7 @@ async fn a_failing_handler_is_retried_in_the_consumer(env: &'static Env) {
     let queue = env.queue("consumer-wait").await;
     let policy =
         RetryPolicy::exponential(4, Duration::from_millis(20), Duration::from_millis(80)).unwrap();
-    let (consumer, mut attempts) = failing_consumer(env, &queue, policy, 2).await;
+    let (consumer, mut attempts) = failing_consumer(env, &queue, policy.clone(), 2).await;
     let sent = env
         .mq
         .publisher::<str>("", queue.as_str())
@@ -76,15 +77,35 @@ async fn a_failing_handler_is_retried_in_the_consumer(env: &'static Env) {
         0,
         "nothing dead-lettered"
     );
-    // No rung is declared for a policy without broker waits.
-    assert!(
-        env.client()
-            .inspect_queue(&format!("{queue}.retry.20ms"))
-            .await
-            .is_err()
+    // Every wait of this policy is below the broker-wait threshold, so it needs no rung, and
+    // none of the rungs its delays would name was declared.
+    assert!(topology::rungs(&queue, &policy).is_empty());
+    let rung_names: Vec<String> = policy
+        .schedule()
+        .iter()
+        .map(|&delay| topology::retry_queue(&queue, delay))
+        .collect();
+    assert_eq!(
+        rung_names,
+        [
+            format!("{queue}.retry.20ms"),
+            format!("{queue}.retry.40ms"),
+            format!("{queue}.retry.80ms"),
+        ]
     );
+    for rung in rung_names {
+        match env.client().inspect_queue(&rung).await {
+            Err(polyq_amqp::Error::NotFound { .. }) => {}
+            other => panic!("{rung} should not exist: {other:?}"),
+        }
+    }
+    // The consumer did declare its dead-letter side: the look-ups above reached the broker.
+    env.client()
+        .inspect_queue(&topology::dead_letter_queue(&queue))
+        .await
+        .expect("the consumer declared the dead-letter queue");
 }
-both!(a_failing_handler_is_retried_in_the_consumer);
+polyq_testkit::both_brokers!(a_failing_handler_is_retried_in_the_consumer);
 
 async fn a_retry_goes_through_the_broker_rung(env: &'static Env) {
     let queue = env.queue("rung").await;
@@ -120,4 +141,4 @@ async fn a_retry_goes_through_the_broker_rung(env: &'static Env) {
     assert_eq!(env.count(&rung).await, 0);
     assert_eq!(env.count(&format!("{queue}.dlq")).await, 0);
 }
-both!(a_retry_goes_through_the_broker_rung);
+polyq_testkit::both_brokers!(a_retry_goes_through_the_broker_rung);

@@ -60,7 +60,7 @@ async fn exhaustion_dead_letters_with_the_error(env: &'static Env) {
     assert!(consumer.drain(LIMIT).await.is_clean());
     assert_eq!(env.count(&queue).await, 0);
 }
-both!(exhaustion_dead_letters_with_the_error);
+polyq_testkit::both_brokers!(exhaustion_dead_letters_with_the_error);
 
 async fn without_a_policy_one_failure_dead_letters(env: &'static Env) {
     let queue = env.queue("no-policy").await;
@@ -83,7 +83,7 @@ async fn without_a_policy_one_failure_dead_letters(env: &'static Env) {
     );
     assert!(consumer.drain(LIMIT).await.is_clean());
 }
-both!(without_a_policy_one_failure_dead_letters);
+polyq_testkit::both_brokers!(without_a_policy_one_failure_dead_letters);
 
 async fn fatal_goes_straight_to_the_dlq(env: &'static Env) {
     let queue = env.queue("fatal").await;
@@ -115,7 +115,7 @@ async fn fatal_goes_straight_to_the_dlq(env: &'static Env) {
     assert!(rx.try_recv().is_err(), "a fatal message is not retried");
     assert!(consumer.drain(LIMIT).await.is_clean());
 }
-both!(fatal_goes_straight_to_the_dlq);
+polyq_testkit::both_brokers!(fatal_goes_straight_to_the_dlq);
 
 async fn a_panicking_handler_is_caught(env: &'static Env) {
     let queue = env.queue("panic").await;
@@ -142,7 +142,7 @@ async fn a_panicking_handler_is_caught(env: &'static Env) {
     let report = consumer.drain(LIMIT).await;
     assert!(report.is_clean(), "{report:?}");
 }
-both!(a_panicking_handler_is_caught);
+polyq_testkit::both_brokers!(a_panicking_handler_is_caught);
 
 async fn undecodable_is_parked_with_its_bytes(env: &'static Env) {
     let queue = env.queue("undecodable").await;
@@ -203,7 +203,7 @@ async fn undecodable_is_parked_with_its_bytes(env: &'static Env) {
     );
     assert!(consumer.drain(LIMIT).await.is_clean());
 }
-both!(undecodable_is_parked_with_its_bytes);
+polyq_testkit::both_brokers!(undecodable_is_parked_with_its_bytes);
 
 async fn a_handler_can_park(env: &'static Env) {
     let queue = env.queue("park").await;
@@ -226,7 +226,7 @@ async fn a_handler_can_park(env: &'static Env) {
     );
     assert!(consumer.drain(LIMIT).await.is_clean());
 }
-both!(a_handler_can_park);
+polyq_testkit::both_brokers!(a_handler_can_park);
 
 async fn the_age_limit_dead_letters(env: &'static Env) {
     let queue = env.queue("too-old").await;
@@ -269,4 +269,4 @@ async fn the_age_limit_dead_letters(env: &'static Env) {
     );
     assert!(consumer.drain(LIMIT).await.is_clean());
 }
-both!(the_age_limit_dead_letters);
+polyq_testkit::both_brokers!(the_age_limit_dead_letters);

@@ -116,4 +116,4 @@ async fn the_consumer_span_continues_the_publishers_trace(env: &'static Env) {
         Some(&Value::from("rabbitmq"))
     );
 }
-both!(the_consumer_span_continues_the_publishers_trace);
+polyq_testkit::both_brokers!(the_consumer_span_continues_the_publishers_trace);

@@ -91,7 +91,7 @@ fn states<S: Copy>(items: &[Item<S>], kind: ObjectKind) -> Vec<S> {
         .collect()
 }
 
-both!(apply_creates_what_is_missing_once_and_validate_follows);
+polyq_testkit::both_brokers!(apply_creates_what_is_missing_once_and_validate_follows);
 async fn apply_creates_what_is_missing_once_and_validate_follows(env: &'static Env) {
     let names = Names::new();
     let plan = names.plan();
@@ -169,7 +169,7 @@ async fn apply_creates_what_is_missing_once_and_validate_follows(env: &'static E
         .await;
 }
 
-both!(what_exists_otherwise_is_drift_and_apply_leaves_it_alone);
+polyq_testkit::both_brokers!(what_exists_otherwise_is_drift_and_apply_leaves_it_alone);
 async fn what_exists_otherwise_is_drift_and_apply_leaves_it_alone(env: &'static Env) {
     let names = Names::new();
     let plan = names.plan();
@@ -230,7 +230,7 @@ async fn what_exists_otherwise_is_drift_and_apply_leaves_it_alone(env: &'static 
         .await;
 }
 
-both!(a_missing_exchange_is_reported);
+polyq_testkit::both_brokers!(a_missing_exchange_is_reported);
 async fn a_missing_exchange_is_reported(env: &'static Env) {
     let names = Names::new();
     let plan = names.plan();

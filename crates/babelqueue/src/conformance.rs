@@ -3,7 +3,10 @@
 //! Every section the manifest has is run, including the sections newer upstream suites add
 //! (`roundtrip`, `data_shape`, `forbidden_keys`, `payload_schema_unicode`, the brokers'
 //! `schema_version_gate`). A section or sub-section this runner does not know is reported as a
-//! failed case, never skipped. The `redis` section talks to a real Redis server.
+//! failed case, never skipped. So is a mandatory one the suite lacks, or one without cases: as
+//! upstream runners do, a suite with any section of a generation (the canonical sections, or
+//! the behaviour sections newer suites add) must have all of that generation's, each with at
+//! least one case. The `redis` section goes through polyq's Redis binding to a real server.
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +79,14 @@ pub fn run(dir: &Path, options: &Options, report: &mut dyn FnMut(&CaseResult)) -
         report,
         summary: Summary::default(),
     };
+    for missing in missing_mandatory(&manifest) {
+        runner.record(
+            missing,
+            Err("mandatory, and missing from the manifest: \
+                 a suite with any section of its generation must have them all"
+                .to_owned()),
+        );
+    }
     for (section, body) in &manifest {
         match section.as_str() {
             "schema_version" | "description" | "$schema" => {}
@@ -97,6 +108,56 @@ pub fn run(dir: &Path, options: &Options, report: &mut dyn FnMut(&CaseResult)) -
     Ok(runner.summary)
 }
 
+/// The sections and sub-sections of the canonical suite (reference §5.3).
+const CANONICAL_SECTIONS: &[&str] = &[
+    "cases",
+    "idempotency/dedup_key",
+    "idempotency/sequences",
+    "sqs/attribute_projection",
+    "sqs/attempts_reconciliation",
+    "asb/property_projection",
+    "asb/attempts_reconciliation",
+    "pulsar/property_projection",
+    "pulsar/attempts_reconciliation",
+    "kafka/property_projection",
+    "kafka/attempts_reconciliation",
+    "artemis/property_projection",
+    "artemis/attempts_reconciliation",
+    "redis/payload_identity",
+    "rabbitmq/property_projection",
+    "payload_schema",
+];
+
+/// The sections and sub-sections newer upstream suites add (reference §5.4).
+const BEHAVIOUR_SECTIONS: &[&str] = &[
+    "sqs/schema_version_gate",
+    "asb/schema_version_gate",
+    "pulsar/schema_version_gate",
+    "kafka/schema_version_gate",
+    "artemis/schema_version_gate",
+    "roundtrip",
+    "data_shape",
+    "forbidden_keys",
+    "payload_schema_unicode",
+];
+
+/// The mandatory sections (`section` or `section/sub-section`) the manifest lacks: all of a
+/// generation's, once the manifest has any of them.
+fn missing_mandatory(manifest: &Map<String, Value>) -> Vec<&'static str> {
+    let has = |path: &str| match path.split_once('/') {
+        Some((section, sub)) => manifest
+            .get(section)
+            .and_then(Value::as_object)
+            .is_some_and(|subsections| subsections.contains_key(sub)),
+        None => manifest.contains_key(path),
+    };
+    [CANONICAL_SECTIONS, BEHAVIOUR_SECTIONS]
+        .into_iter()
+        .filter(|generation| generation.iter().any(|path| has(path)))
+        .flat_map(|generation| generation.iter().copied().filter(|path| !has(path)))
+        .collect()
+}
+
 fn suite_error(path: &Path, message: impl Into<String>) -> Error {
     Error::Suite {
         path: path.to_path_buf(),
@@ -110,6 +171,9 @@ fn read_json(path: &Path) -> Result<Value> {
 }
 
 type Check = std::result::Result<(), String>;
+
+/// Why a section with an empty case list fails: it would pass without checking anything.
+const NO_CASES: &str = "the section has no cases: a suite section must check something";
 
 fn ensure(condition: bool, message: impl FnOnce() -> String) -> Check {
     if condition { Ok(()) } else { Err(message()) }
@@ -182,6 +246,7 @@ impl Runner<'_> {
         mut check: impl FnMut(&mut Self, &Value) -> Check,
     ) {
         match case_list(body) {
+            Ok(cases) if cases.is_empty() => self.record(prefix, Err(NO_CASES.to_owned())),
             Ok(cases) => {
                 for (index, case) in cases.iter().enumerate() {
                     let outcome = check(self, case);
@@ -209,6 +274,9 @@ impl Runner<'_> {
         let Some(cases) = body.as_array() else {
             return self.record("cases", Err("\"cases\" is not an array".to_owned()));
         };
+        if cases.is_empty() {
+            return self.record("cases", Err(NO_CASES.to_owned()));
+        }
         for (index, case) in cases.iter().enumerate() {
             let outcome = self.envelope_case(case);
             self.record(&format!("cases/{}", case_name(case, index)), outcome);
@@ -776,55 +844,71 @@ fn rabbitmq_projection(envelope: &Envelope, spec: &Value) -> Check {
     Ok(())
 }
 
+/// Publishes `body` through polyq's Redis binding (default layout, no headers: the bare bytes
+/// are `RPUSH`ed), reserves it back and acknowledges it: what is stored and what is reserved
+/// must be the pushed bytes exactly.
 #[cfg(feature = "redis")]
 fn redis_round_trip(url: &str, body: &[u8]) -> Check {
     use std::time::Duration;
 
+    use crate::transport::Transport as _;
+    use crate::transport::redis::{RedisOptions, RedisTransport};
+
+    const PATIENCE: Duration = Duration::from_secs(10);
     let shown = polyq_amqp::redact_url(url);
-    let fail = |e: redis::RedisError| format!("Redis at {shown}: {e}");
-    let client = redis::Client::open(url).map_err(fail)?;
-    let mut con = client
-        .get_connection_with_timeout(Duration::from_secs(5))
-        .map_err(fail)?;
-    con.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(fail)?;
-    con.set_write_timeout(Some(Duration::from_secs(5)))
-        .map_err(fail)?;
+    let fail = |e: crate::Error| format!("Redis at {shown}: {e}");
     let queue = format!("polyq.conformance.{}", uuid::Uuid::new_v4().simple());
-    let processing = format!("{queue}:processing");
-    let outcome = (|| {
-        redis::cmd("RPUSH")
-            .arg(&queue)
-            .arg(body)
-            .query::<i64>(&mut con)
+    let body = bytes::Bytes::copy_from_slice(body);
+    let round_trip = async {
+        let redis = RedisTransport::connect(url, RedisOptions::new())
+            .await
             .map_err(fail)?;
-        let reserved: Option<Vec<u8>> = redis::cmd("LMOVE")
-            .arg(&queue)
-            .arg(&processing)
-            .arg("LEFT")
-            .arg("RIGHT")
-            .query(&mut con)
+        redis
+            .publish(&queue, body.clone(), &[])
+            .await
             .map_err(fail)?;
-        let reserved = reserved.ok_or("the reserve returned nothing")?;
-        ensure(reserved == body, || {
+        let reserved = redis
+            .reserve(&queue, PATIENCE)
+            .await
+            .map_err(fail)?
+            .ok_or("the reserve returned nothing")?;
+        let stored_as_pushed = reserved.receipt.stored() == &body;
+        let reserved_as_pushed = reserved.body == body;
+        // Acknowledged whatever came back, so that the case leaves nothing behind.
+        redis.ack(&reserved.receipt).await.map_err(fail)?;
+        ensure(stored_as_pushed, || {
+            "the stored element differs from the pushed bytes".to_owned()
+        })?;
+        ensure(reserved_as_pushed, || {
             "the reserved element differs from the pushed bytes".to_owned()
         })?;
-        let removed: i64 = redis::cmd("LREM")
-            .arg(&processing)
-            .arg(1)
-            .arg(body)
-            .query(&mut con)
-            .map_err(fail)?;
-        ensure(removed == 1, || {
-            "the ack (LREM) did not find the reserved element".to_owned()
+        let left = redis.depth(&queue).await.map_err(fail)?;
+        ensure(left == 0, || {
+            format!("{left} element(s) left in the queue after the ack")
         })
-    })();
-    let cleanup = redis::cmd("DEL")
-        .arg(&queue)
-        .arg(&processing)
-        .query::<i64>(&mut con)
-        .map_err(fail);
-    outcome.and(cleanup.map(drop))
+    };
+    // The runner is synchronous and the binding async: a runtime of its own, on a thread of its
+    // own, so that a caller already inside a runtime can run the suite too.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start a runtime for the Redis case: {e}"))?;
+                runtime.block_on(async {
+                    tokio::time::timeout(PATIENCE, round_trip)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(format!(
+                                "Redis at {shown} did not answer within {PATIENCE:?}"
+                            ))
+                        })
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the Redis case panicked".to_owned()))
+    })
 }
 
 #[cfg(not(feature = "redis"))]

@@ -266,7 +266,7 @@ pub async fn redrive<T: Transport>(
     if options.window == 0 {
         return Err(Error::InvalidOption {
             option: "window",
-            reason: "a redrive window must hold at least one message".to_owned(),
+            reason: "was 0; a redrive window must hold at least 1 message".to_owned(),
         });
     }
     let depth = usize::try_from(transport.depth(dlq).await?).unwrap_or(usize::MAX);

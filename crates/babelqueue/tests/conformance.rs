@@ -1,6 +1,7 @@
 //! The conformance suites: the vendored canonical suite (with its Redis section against the real
-//! server), the newer upstream sections, the runner's refusal to skip what it does not know, and
-//! the vendored copy's drift from `shared/`.
+//! server, through polyq's Redis binding), the newer upstream sections, the runner's refusal to
+//! skip what it does not know, lacks or cannot check, and the vendored copy's drift from
+//! `shared/` (which CI must have).
 
 use std::path::{Path, PathBuf};
 
@@ -88,11 +89,34 @@ fn unknown_sections_and_wrong_expectations_fail() {
     let (summary, cases) = run(&dir, &Options::default());
     std::fs::remove_dir_all(&dir).unwrap();
     let failed = failures(&cases);
+    // The manifest has canonical sections, so the 13 canonical ones it lacks fail as well.
+    let missing: Vec<&str> = failed
+        .iter()
+        .filter_map(|f| f.strip_suffix(MISSING))
+        .collect();
+    assert_eq!(
+        missing,
+        [
+            "idempotency/dedup_key",
+            "idempotency/sequences",
+            "sqs/attribute_projection",
+            "sqs/attempts_reconciliation",
+            "asb/property_projection",
+            "asb/attempts_reconciliation",
+            "pulsar/property_projection",
+            "kafka/property_projection",
+            "kafka/attempts_reconciliation",
+            "artemis/property_projection",
+            "artemis/attempts_reconciliation",
+            "rabbitmq/property_projection",
+            "payload_schema",
+        ]
+    );
     assert_eq!(
         summary,
         Summary {
             passed: 0,
-            failed: 5
+            failed: 5 + 13
         },
         "{failed:?}"
     );
@@ -116,6 +140,71 @@ fn unknown_sections_and_wrong_expectations_fail() {
             .iter()
             .any(|f| f.starts_with("redis/payload_identity: no Redis URL"))
     );
+}
+
+/// How a missing mandatory section is reported, after its name.
+const MISSING: &str = ": mandatory, and missing from the manifest: a suite with any section of \
+                       its generation must have them all";
+
+/// A copy of the newer suite in a scratch directory, its manifest changed by `edit`.
+fn edited_newer_suite(
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+) -> PathBuf {
+    let newer = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suites/newer");
+    let dir = std::env::temp_dir().join(polyq_testkit::unique_name("bq-suite"));
+    std::fs::create_dir_all(dir.join("fixtures")).unwrap();
+    for file in files_under(&newer.join("fixtures")) {
+        std::fs::copy(
+            newer.join("fixtures").join(&file),
+            dir.join("fixtures").join(&file),
+        )
+        .unwrap();
+    }
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(newer.join("manifest.json")).unwrap()).unwrap();
+    edit(manifest.as_object_mut().unwrap());
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn a_missing_mandatory_section_fails() {
+    let dir = edited_newer_suite(|manifest| {
+        manifest.remove("forbidden_keys");
+        manifest["kafka"]
+            .as_object_mut()
+            .unwrap()
+            .remove("schema_version_gate");
+    });
+    let (summary, cases) = run(&dir, &Options::default());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        failures(&cases),
+        [
+            format!("kafka/schema_version_gate{MISSING}"),
+            format!("forbidden_keys{MISSING}"),
+        ]
+    );
+    assert_eq!(summary.passed, 3 * 18 + 24 + 4 + 2 + 6);
+}
+
+#[test]
+fn a_section_without_cases_fails() {
+    let dir = edited_newer_suite(|manifest| {
+        manifest["roundtrip"]["cases"] = serde_json::json!([]);
+        manifest["asb"]["schema_version_gate"]["cases"] = serde_json::json!([]);
+    });
+    let (summary, cases) = run(&dir, &Options::default());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let no_cases = ": the section has no cases: a suite section must check something";
+    assert_eq!(
+        failures(&cases),
+        [
+            format!("asb/schema_version_gate{no_cases}"),
+            format!("roundtrip{no_cases}"),
+        ]
+    );
+    assert_eq!(summary.passed, 4 * 18 + 2 + 5 + 6);
 }
 
 #[test]
@@ -145,12 +234,10 @@ fn files_under(root: &Path) -> Vec<PathBuf> {
 #[test]
 fn vendored_suite_has_not_drifted_from_shared() {
     let vendored = repo().join("fixtures/babelqueue");
-    let shared = repo().join("../shared/fixtures/babelqueue");
-    if !shared.is_dir() {
-        // The shared directory sits beside the repository only on development machines and CI.
-        eprintln!("{} is absent: nothing to compare against", shared.display());
+    // Absent outside CI on machines without it; in CI (`CI=true`) its absence fails the test.
+    let Some(shared) = polyq_testkit::shared_fixtures("babelqueue") else {
         return;
-    }
+    };
     assert_eq!(
         files_under(&vendored),
         files_under(&shared),

@@ -9,6 +9,7 @@ use babelqueue::MakeOptions;
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::worker::Job;
 use polyq_amqp::Properties;
+use polyq_testkit::brokers::TestBroker;
 use runtime_support::{IDLE, Scene, recorder};
 use serde_json::{Value, json};
 
@@ -47,14 +48,13 @@ async fn peer(command: &str, args: Value) -> Value {
     })
 }
 
-async fn scene() -> (Scene, String) {
-    let url = polyq_testkit::amqp_url();
-    (Scene::new(&url).await, url)
+/// A scene on the test's RabbitMQ, and the URL the Python peer connects to.
+async fn scene(broker: &'static TestBroker) -> (Scene, &'static str) {
+    (Scene::new(broker).await, broker.url())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_publishes_rust_consumes() {
-    let (scene, url) = scene().await;
+async fn python_publishes_rust_consumes(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let sent = peer(
         "publish",
         json!({"url": url, "queue": scene.name(), "urn": URN, "data": {"order_id": 1042, "note": "café ☕"},
@@ -82,12 +82,10 @@ async fn python_publishes_rust_consumes() {
     assert_eq!(meta.queue(), Some(scene.name()));
     assert_eq!(job.header("traceparent"), Some("00-py-01"));
     assert_eq!(job.attempts(), 0);
-    scene.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rust_publishes_python_consumes() {
-    let (scene, url) = scene().await;
+async fn rust_publishes_python_consumes(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let sent = scene
         .queue
         .publish_with(
@@ -116,12 +114,10 @@ async fn rust_publishes_python_consumes() {
     assert_eq!(job["headers"]["traceparent"], "00-rs-01");
     assert_eq!(job["headers"]["x-schema-version"], "1");
     assert_eq!(job["replay"], false);
-    scene.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rust_dead_letters_python_redrives() {
-    let (scene, url) = scene().await;
+async fn rust_dead_letters_python_redrives(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let sent = scene.queue.publish(URN, &json!({"n": 1})).await.unwrap();
     let report = scene
         .queue
@@ -164,12 +160,10 @@ async fn rust_dead_letters_python_redrives() {
     assert_eq!(job.attempts(), 0);
     assert!(job.envelope().dead_letter_raw().is_none());
     assert_eq!(job.meta(), sent.meta());
-    scene.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_dead_letters_rust_redrives() {
-    let (scene, url) = scene().await;
+async fn python_dead_letters_rust_redrives(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let sent = peer(
         "publish",
         json!({"url": url, "queue": scene.name(), "urn": URN, "data": {"n": 2}, "trace_id": TRACE}),
@@ -208,12 +202,10 @@ async fn python_dead_letters_rust_redrives() {
     assert!(job["envelope"].get("dead_letter").is_none(), "{answer}");
     assert_eq!(job["meta"]["lang"], "python");
     assert_eq!(job["data"], json!({"n": 2}));
-    scene.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_keys_survive_a_rust_retry_and_python_sees_them() {
-    let (scene, url) = scene().await;
+async fn unknown_keys_survive_a_rust_retry_and_python_sees_them(broker: &'static TestBroker) {
+    let (scene, url) = scene(broker).await;
     let body = format!(
         r#"{{"job":"{URN}","trace_id":"{TRACE}","data":{{"n":1}},"meta":{{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"{q}","lang":"go","schema_version":1,"created_at":1749132727000,"vendor_flag":{{}},"vendor_ctx":{{"k":[1,true]}}}},"attempts":0,"extra_top":"kept"}}"#,
         q = scene.name()
@@ -244,5 +236,14 @@ async fn unknown_keys_survive_a_rust_retry_and_python_sees_them() {
     assert_eq!(answer["jobs"][0]["headers"]["x-attempts"], "1");
     // Nothing was dead-lettered on the way.
     assert!(scene.poll(&scene.dlq()).await.is_none());
-    scene.cleanup().await;
 }
+
+polyq_testkit::both_brokers!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    rabbitmq only;
+    python_publishes_rust_consumes,
+    rust_publishes_python_consumes,
+    rust_dead_letters_python_redrives,
+    python_dead_letters_rust_redrives,
+    unknown_keys_survive_a_rust_retry_and_python_sees_them,
+);

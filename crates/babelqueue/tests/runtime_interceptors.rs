@@ -1,5 +1,5 @@
-//! Worker interceptors, each scenario on the embedded broker, RabbitMQ and the default Redis
-//! layout.
+//! Worker interceptors, each scenario on the embedded broker, RabbitMQ and Redis (the default
+//! layout).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,6 +9,7 @@ use babelqueue::transport::{AnyTransport, Transport};
 use babelqueue::worker::{
     AfterFailure, BoxError, Job, JobContext, JobInterceptor, JobResult, Shutdown, UnknownUrn,
 };
+use polyq_testkit::brokers::TestBroker;
 use serde_json::json;
 
 const URN: &str = "urn:babel:orders:created";
@@ -17,31 +18,9 @@ const IDLE: Duration = Duration::from_millis(500);
 /// Upper bound for a message to arrive where a test expects it.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// Declares a test per broker in a module named after the scenario.
-macro_rules! on_every_broker {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory() {
-                let url = format!("memory://{}", polyq_testkit::unique_name("bq-ic"));
-                super::$scenario(&url).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rabbitmq() {
-                super::$scenario(&polyq_testkit::amqp_url()).await;
-            }
-
-            #[cfg(feature = "redis")]
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis_default() {
-                super::$scenario(&polyq_testkit::redis_url()).await;
-            }
-        }
-    )*};
-}
-
-on_every_broker!(
+polyq_testkit::both_brokers!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    and redis if feature = "redis";
     before_in_order_after_in_reverse,
     a_refusal_retries_then_dead_letters_with_its_text,
     after_sees_success_and_failure,
@@ -133,9 +112,13 @@ fn handler(
     }
 }
 
-async fn connect(url: &str) -> BabelQueue<AnyTransport> {
-    BabelQueue::builder(url)
-        .queue(polyq_testkit::unique_name("bq-ic"))
+/// A queue with a unique name on the test's broker; it and its dead-letter queue are deleted
+/// at the end of the test.
+async fn connect(broker: &'static TestBroker) -> BabelQueue<AnyTransport> {
+    let name = broker.remember_queue(broker.name("bq-ic"));
+    broker.remember_queue(format!("{name}.dlq"));
+    BabelQueue::builder(broker.url())
+        .queue(name)
         .connect()
         .await
         .unwrap()
@@ -163,22 +146,16 @@ async fn take_all(queue: &BabelQueue<AnyTransport>, name: &str, count: usize) ->
     bodies
 }
 
-/// Checks the queue and its dead-letter queue are empty, then deletes what a binding keeps
-/// (Redis drops empty lists itself).
+/// Checks the queue and its dead-letter queue are empty.
 async fn finish(queue: BabelQueue<AnyTransport>) {
     let dlq = dlq(&queue);
     for name in [queue.queue(), dlq.as_str()] {
         assert_eq!(queue.transport().depth(name).await.unwrap(), 0, "{name}");
     }
-    if let AnyTransport::Amqp(amqp) = queue.transport().as_ref() {
-        for name in [queue.queue(), dlq.as_str()] {
-            let _ = amqp.client().delete_queue(name).await;
-        }
-    }
 }
 
-async fn before_in_order_after_in_reverse(url: &str) {
-    let queue = connect(url).await;
+async fn before_in_order_after_in_reverse(broker: &'static TestBroker) {
+    let queue = connect(broker).await;
     queue.publish(URN, &json!({"fail": false})).await.unwrap();
     let log = log();
     let report = queue
@@ -203,9 +180,9 @@ async fn before_in_order_after_in_reverse(url: &str) {
     finish(queue).await;
 }
 
-async fn a_refusal_retries_then_dead_letters_with_its_text(url: &str) {
+async fn a_refusal_retries_then_dead_letters_with_its_text(broker: &'static TestBroker) {
     const REASON: &str = "tenant umbrella is not served here";
-    let queue = connect(url).await;
+    let queue = connect(broker).await;
     let sent = queue.publish(URN, &json!({"fail": false})).await.unwrap();
     let log = log();
     let refusing = Recorder {
@@ -265,8 +242,8 @@ async fn a_refusal_retries_then_dead_letters_with_its_text(url: &str) {
     finish(queue).await;
 }
 
-async fn after_sees_success_and_failure(url: &str) {
-    let queue = connect(url).await;
+async fn after_sees_success_and_failure(broker: &'static TestBroker) {
+    let queue = connect(broker).await;
     queue.publish(URN, &json!({"fail": true})).await.unwrap();
     queue.publish(URN, &json!({"fail": false})).await.unwrap();
     let log = log();
@@ -312,8 +289,8 @@ async fn after_sees_success_and_failure(url: &str) {
     finish(queue).await;
 }
 
-async fn a_panicking_interceptor_is_contained(url: &str) {
-    let queue = connect(url).await;
+async fn a_panicking_interceptor_is_contained(broker: &'static TestBroker) {
+    let queue = connect(broker).await;
     queue.publish(URN, &json!({"fail": false})).await.unwrap();
     let log = log();
     let panicking = Recorder {
@@ -360,8 +337,8 @@ async fn a_panicking_interceptor_is_contained(url: &str) {
     finish(queue).await;
 }
 
-async fn poison_and_unknown_urns_never_reach_interceptors(url: &str) {
-    let queue = connect(url).await;
+async fn poison_and_unknown_urns_never_reach_interceptors(broker: &'static TestBroker) {
+    let queue = connect(broker).await;
     queue
         .transport()
         .publish(queue.queue(), "not json at all".into(), &[])
@@ -386,8 +363,8 @@ async fn poison_and_unknown_urns_never_reach_interceptors(url: &str) {
     finish(queue).await;
 }
 
-async fn a_stop_during_the_handler_is_seen_as_interrupted(url: &str) {
-    let queue = connect(url).await;
+async fn a_stop_during_the_handler_is_seen_as_interrupted(broker: &'static TestBroker) {
+    let queue = connect(broker).await;
     let sent = queue.publish(URN, &json!({"fail": false})).await.unwrap();
     let log = log();
     let shutdown = Shutdown::new();

@@ -111,7 +111,7 @@ async fn fail_dead_letter_redrive_replay(layout: RedisLayout) {
         .await
         .unwrap();
     assert_eq!((rest.redriven, rest.skipped), (0, 1), "{rest:?}");
-    runtime_support::delete_redis_keys(&url, &name).await;
+    polyq_testkit::brokers::delete_redis_keys(&url, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

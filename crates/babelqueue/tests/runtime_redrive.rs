@@ -12,6 +12,7 @@ use babelqueue::transport::{AnyTransport, ConnectOptions, Reserved, Transport};
 use babelqueue::worker::{Job, UnknownUrn};
 use bytes::Bytes;
 use polyq_amqp::Properties;
+use polyq_testkit::brokers::TestBroker;
 use runtime_support::{IDLE, PATIENCE, Refusing, Scene, envelope_of, json_of};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -37,8 +38,8 @@ async fn dead_letter(scene: &Scene, urns: &[&str]) {
     assert_eq!(report.dead_lettered, urns.len() as u64, "{report:?}");
 }
 
-async fn redrive_scenarios(url: &str) {
-    let mut scene = Scene::new(url).await;
+async fn redrive_scenarios(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let sandbox = scene.other("sandbox");
     dead_letter(&scene, &[A, A, B]).await;
     let base = RedriveOptions::new().wait(WAIT);
@@ -136,11 +137,10 @@ async fn redrive_scenarios(url: &str) {
     let json = serde_json::to_value(&one).unwrap();
     assert_eq!(json["items"][0]["action"], "redriven");
     assert_eq!(json["redriven"], 1);
-    scene.cleanup().await;
 }
 
-async fn undecodable_records_are_restored(url: &str) {
-    let scene = Scene::new(url).await;
+async fn undecodable_records_are_restored(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     scene
         .publish_raw(&scene.dlq(), Properties::default(), "not json at all")
         .await;
@@ -157,10 +157,9 @@ async fn undecodable_records_are_restored(url: &str) {
     assert_eq!(&kept.body[..], b"not json at all");
     scene.assert_empty(&scene.dlq()).await;
     assert_eq!(envelope_of(&scene.take(scene.name()).await).urn(), Some(A));
-    scene.cleanup().await;
 }
 
-on_both_brokers!(redrive_scenarios, undecodable_records_are_restored);
+polyq_testkit::both_brokers!(redrive_scenarios, undecodable_records_are_restored);
 
 /// A dead-letter queue several prefetch windows long, on every binding.
 mod long_dead_letter_queue {
@@ -175,7 +174,7 @@ mod long_dead_letter_queue {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn memory() {
         let options = ConnectOptions::default().prefetch(PREFETCH);
-        long_dead_letter_queue(&crate::runtime_support::memory_url(), options).await;
+        long_dead_letter_queue(&polyq_testkit::brokers::Broker::Memory.url(), options).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,7 +434,7 @@ async fn delete(transport: &AnyTransport, name: &str, others: &[&str]) {
             }
         }
         #[cfg(feature = "redis")]
-        _ => runtime_support::delete_redis_keys(&polyq_testkit::redis_url(), name).await,
+        _ => polyq_testkit::brokers::delete_redis_keys(&polyq_testkit::redis_url(), name).await,
         #[cfg(not(feature = "redis"))]
         _ => {}
     }
@@ -451,7 +450,7 @@ mod failed_window {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn memory() {
-        let url = crate::runtime_support::memory_url();
+        let url = polyq_testkit::brokers::Broker::Memory.url();
         a_failed_window_reports_what_it_settled(&url, ConnectOptions::default()).await;
     }
 
@@ -614,7 +613,10 @@ mod failed_ack {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn memory() {
-        an_ack_failing_after_its_publish_loses_nothing(&crate::runtime_support::memory_url()).await;
+        an_ack_failing_after_its_publish_loses_nothing(
+            &polyq_testkit::brokers::Broker::Memory.url(),
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

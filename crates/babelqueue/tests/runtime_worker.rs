@@ -10,14 +10,15 @@ use babelqueue::transport::AmqpTransport;
 use babelqueue::worker::{Backoff, Job, Shutdown, UnknownUrn};
 use babelqueue::{BabelQueue, Envelope, MakeOptions};
 use polyq_amqp::{FieldValue, Properties};
+use polyq_testkit::brokers::TestBroker;
 use runtime_support::{IDLE, PATIENCE, Refusing, Scene, envelope_of, json_of, recorder};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 const URN: &str = "urn:babel:orders:created";
 
-async fn round_trip(url: &str) {
-    let scene = Scene::new(url).await;
+async fn round_trip(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let trace = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b";
     let sent = scene
         .queue
@@ -56,11 +57,10 @@ async fn round_trip(url: &str) {
     assert_eq!(job.envelope(), &sent);
     scene.assert_empty(scene.name()).await;
     scene.assert_empty(&scene.dlq()).await;
-    scene.cleanup().await;
 }
 
-async fn failing_then_succeeding(url: &str) {
-    let scene = Scene::new(url).await;
+async fn failing_then_succeeding(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     scene.queue.publish(URN, &json!({"n": 1})).await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
@@ -86,7 +86,6 @@ async fn failing_then_succeeding(url: &str) {
     assert_eq!(attempts.recv().await, Some(0));
     assert_eq!(attempts.recv().await, Some(1));
     scene.assert_empty(&scene.dlq()).await;
-    scene.cleanup().await;
 }
 
 #[derive(Debug)]
@@ -98,8 +97,8 @@ impl std::fmt::Display for GatewayTimeout {
     }
 }
 
-async fn exhaustion_dead_letters_with_the_block(url: &str) {
-    let scene = Scene::new(url).await;
+async fn exhaustion_dead_letters_with_the_block(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let sent = scene.queue.publish(URN, &json!({"n": 1})).await.unwrap();
     let report = scene
         .queue
@@ -135,32 +134,30 @@ async fn exhaustion_dead_letters_with_the_block(url: &str) {
     assert_eq!(dead.properties.kind.as_deref(), Some(URN));
     assert_eq!(dead.properties.headers["x-attempts"].as_i64(), Some(3));
     scene.assert_empty(scene.name()).await;
-    scene.cleanup().await;
 }
 
 /// A URN no handler is registered for.
 const UNKNOWN_URN: &str = "urn:babel:nobody:home";
 
 /// A fresh scene whose queue holds one job for [`UNKNOWN_URN`], and that job.
-async fn scene_with_unknown_job(url: &str) -> (Scene, Envelope) {
-    let scene = Scene::new(url).await;
+async fn scene_with_unknown_job(broker: &'static TestBroker) -> (Scene, Envelope) {
+    let scene = Scene::new(broker).await;
     let sent = scene.queue.publish(UNKNOWN_URN, &json!({})).await.unwrap();
     (scene, sent)
 }
 
-async fn unknown_urn_strategies(url: &str) {
+async fn unknown_urn_strategies(broker: &'static TestBroker) {
     // fail: retried like a failure, dead-lettered as unknown_urn.
-    let (scene, _) = scene_with_unknown_job(url).await;
+    let (scene, _) = scene_with_unknown_job(broker).await;
     let report = scene.queue.worker().consume(5, IDLE).await.unwrap();
     assert_eq!((report.retried, report.dead_lettered), (2, 1), "{report:?}");
     let body = json_of(&scene.take(&scene.dlq()).await);
     assert_eq!(body["dead_letter"]["reason"], "unknown_urn");
     assert_eq!(body["dead_letter"]["attempts"], 3);
     assert_eq!(body["attempts"], 3);
-    scene.cleanup().await;
 
     // delete: acknowledged and gone.
-    let (scene, _) = scene_with_unknown_job(url).await;
+    let (scene, _) = scene_with_unknown_job(broker).await;
     let report = scene
         .queue
         .worker()
@@ -171,10 +168,9 @@ async fn unknown_urn_strategies(url: &str) {
     assert_eq!((report.received, report.deleted), (1, 1), "{report:?}");
     scene.assert_empty(scene.name()).await;
     scene.assert_empty(&scene.dlq()).await;
-    scene.cleanup().await;
 
     // release: back on the queue, byte for byte.
-    let (scene, sent) = scene_with_unknown_job(url).await;
+    let (scene, sent) = scene_with_unknown_job(broker).await;
     let report = scene
         .queue
         .worker()
@@ -186,10 +182,9 @@ async fn unknown_urn_strategies(url: &str) {
     let back = scene.take(scene.name()).await;
     assert_eq!(&back.body[..], sent.encode().unwrap().as_bytes());
     scene.assert_empty(&scene.dlq()).await;
-    scene.cleanup().await;
 
     // dead_letter: straight to the dead-letter queue, no attempt counted.
-    let (scene, _) = scene_with_unknown_job(url).await;
+    let (scene, _) = scene_with_unknown_job(broker).await;
     let report = scene
         .queue
         .worker()
@@ -209,11 +204,10 @@ async fn unknown_urn_strategies(url: &str) {
         body["dead_letter"]["error"],
         "no handler is registered for URN \"urn:babel:nobody:home\""
     );
-    scene.cleanup().await;
 }
 
-async fn poison_is_recorded_on_its_first_delivery(url: &str) {
-    let scene = Scene::new(url).await;
+async fn poison_is_recorded_on_its_first_delivery(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let json_props = Properties::default().with_content_type("application/json");
     scene
         .publish_raw(scene.name(), json_props.clone(), r#"{"job": 5"#)
@@ -266,11 +260,10 @@ async fn poison_is_recorded_on_its_first_delivery(url: &str) {
     assert_eq!(binary["raw"], "//4=");
     assert_eq!(binary["raw_encoding"], "base64");
     scene.assert_empty(scene.name()).await;
-    scene.cleanup().await;
 }
 
-async fn schema_gate_dead_letters_the_raw_body(url: &str) {
-    let scene = Scene::new(url).await;
+async fn schema_gate_dead_letters_the_raw_body(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let envelope = babelqueue::make(URN, &json!({"n": 1}), MakeOptions::new()).unwrap();
     let body = envelope.encode().unwrap();
     let mut props = babelqueue::projection::rabbitmq_properties(&envelope, &[]);
@@ -310,11 +303,10 @@ async fn schema_gate_dead_letters_the_raw_body(url: &str) {
         "gated bodies go to the DLQ byte for byte"
     );
     scene.assert_empty(&scene.dlq()).await;
-    scene.cleanup().await;
 }
 
-async fn unknown_keys_survive_a_retry(url: &str) {
-    let scene = Scene::new(url).await;
+async fn unknown_keys_survive_a_retry(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let body = format!(
         r#"{{"job":"{URN}","trace_id":"t-1","data":{{"price":1.50,"big":12345678901234567890}},"meta":{{"id":"i-1","queue":"{q}","lang":"cobol","schema_version":1,"created_at":1,"vendor_flag":{{}},"vendor_ctx":[true]}},"attempts":0,"extra_top":true}}"#,
         q = scene.name()
@@ -352,11 +344,10 @@ async fn unknown_keys_survive_a_retry(url: &str) {
     );
     assert!(text.contains(r#""lang":"cobol""#), "{text}");
     assert!(text.ends_with(r#""extra_top":true}"#), "{text}");
-    scene.cleanup().await;
 }
 
-async fn delayed_retry_goes_through_a_ttl_queue(url: &str) {
-    let mut scene = Scene::new(url).await;
+async fn delayed_retry_goes_through_a_ttl_queue(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let delay = Duration::from_millis(300);
     let holding = AmqpTransport::delay_queue_name(scene.name(), delay);
     assert_eq!(holding, scene.other("delay.300"));
@@ -380,14 +371,13 @@ async fn delayed_retry_goes_through_a_ttl_queue(url: &str) {
         info.message_count, 0,
         "the delay queue handed the message back"
     );
-    scene.cleanup().await;
 }
 
-async fn a_failed_dead_letter_write_keeps_the_message(url: &str) {
-    let scene = Scene::new(url).await;
+async fn a_failed_dead_letter_write_keeps_the_message(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let transport = Refusing {
         dead_letter: true,
-        ..Refusing::new(AmqpTransport::connect(url).await.unwrap())
+        ..Refusing::new(AmqpTransport::connect(broker.url()).await.unwrap())
     };
     let queue = BabelQueue::with_transport(transport, scene.name());
     let sent = queue.publish(URN, &json!({"keep": "me"})).await.unwrap();
@@ -411,14 +401,13 @@ async fn a_failed_dead_letter_write_keeps_the_message(url: &str) {
         "the message came back unchanged"
     );
     scene.assert_empty(&scene.dlq()).await;
-    scene.cleanup().await;
 }
 
-async fn a_failed_ack_is_not_a_handler_failure(url: &str) {
-    let scene = Scene::new(url).await;
+async fn a_failed_ack_is_not_a_handler_failure(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let transport = Refusing {
         ack: true,
-        ..Refusing::new(AmqpTransport::connect(url).await.unwrap())
+        ..Refusing::new(AmqpTransport::connect(broker.url()).await.unwrap())
     };
     let queue = BabelQueue::with_transport(transport, scene.name());
     queue.publish(URN, &json!({})).await.unwrap();
@@ -441,11 +430,10 @@ async fn a_failed_ack_is_not_a_handler_failure(url: &str) {
     let again = envelope_of(&scene.take(scene.name()).await);
     assert_eq!(again.attempts(), Some(0));
     scene.assert_empty(&scene.dlq()).await;
-    scene.cleanup().await;
 }
 
-async fn a_laravel_x_attempts_header_counts(url: &str) {
-    let scene = Scene::new(url).await;
+async fn a_laravel_x_attempts_header_counts(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     let envelope = babelqueue::make(URN, &json!({}), MakeOptions::new()).unwrap();
     let mut props = babelqueue::projection::rabbitmq_properties(&envelope, &[]);
     // A Laravel release bumps only the header; the body still says 0.
@@ -477,11 +465,10 @@ async fn a_laravel_x_attempts_header_counts(url: &str) {
         (&body["attempts"], &body["dead_letter"]["attempts"]),
         (&json!(3), &json!(3))
     );
-    scene.cleanup().await;
 }
 
-async fn handlers_run_concurrently(url: &str) {
-    let scene = Scene::new(url).await;
+async fn handlers_run_concurrently(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     for n in 0..8 {
         scene.queue.publish(URN, &json!({ "n": n })).await.unwrap();
     }
@@ -514,11 +501,10 @@ async fn handlers_run_concurrently(url: &str) {
         4,
         "never more than the concurrency"
     );
-    scene.cleanup().await;
 }
 
-async fn shutdown_finishes_in_flight_work_then_releases_the_rest(url: &str) {
-    let scene = Scene::new(url).await;
+async fn shutdown_finishes_in_flight_work_then_releases_the_rest(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     scene.queue.publish(URN, &json!({"n": 1})).await.unwrap();
     scene
         .queue
@@ -570,14 +556,13 @@ async fn shutdown_finishes_in_flight_work_then_releases_the_rest(url: &str) {
     let back = envelope_of(&scene.take(scene.name()).await);
     assert_eq!(back.urn(), Some("urn:babel:slow:one"));
     assert_eq!(back.attempts(), Some(0), "released unchanged");
-    scene.cleanup().await;
 }
 
 /// A handler that panics, whether before it returns its future or while the future runs, fails
 /// its job like any error: retried, then dead-lettered with the panic's text, and the worker
 /// goes on to the next job.
-async fn a_panicking_handler_is_retried_then_dead_lettered(url: &str) {
-    let scene = Scene::new(url).await;
+async fn a_panicking_handler_is_retried_then_dead_lettered(broker: &'static TestBroker) {
+    let scene = Scene::new(broker).await;
     for when in ["before", "during"] {
         scene
             .queue
@@ -623,10 +608,9 @@ async fn a_panicking_handler_is_retried_then_dead_lettered(url: &str) {
         ]
     );
     scene.assert_empty(scene.name()).await;
-    scene.cleanup().await;
 }
 
-on_both_brokers!(
+polyq_testkit::both_brokers!(
     round_trip,
     failing_then_succeeding,
     exhaustion_dead_letters_with_the_block,

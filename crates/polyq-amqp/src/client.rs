@@ -453,7 +453,9 @@ impl Future for Confirm {
     }
 }
 
-/// Settles one delivery.
+/// Settles one delivery. Dropped unsettled, it requeues the delivery (`nack` with requeue) so
+/// that it is delivered again, flagged `redelivered`, instead of being held until its channel
+/// or connection closes; dropped after a settlement, it does nothing.
 #[derive(Debug)]
 pub struct Acker {
     inner: AckerInner,
@@ -525,8 +527,8 @@ impl std::fmt::Debug for Consumer {
 }
 
 impl Consumer {
-    /// Stops the consumer. Deliveries not yet settled stay unacknowledged until settled or
-    /// until the channel closes.
+    /// Stops the consumer. Deliveries not yet settled stay unacknowledged until they are settled
+    /// or dropped (which requeues them), or until the channel closes.
     pub async fn cancel(self) -> Result<()> {
         match self.inner {
             ConsumerInner::Memory(consumer) => consumer.cancel().await,

@@ -80,8 +80,9 @@ pub struct ReturnedMessage {
 /// A message delivered by a consumer or fetched by `basic.get`, waiting to be settled.
 ///
 /// Settle it exactly once with [`Delivery::ack`], [`Delivery::nack`] or [`Delivery::reject`].
-/// A delivery that is dropped unsettled stays with the broker, which redelivers it when the
-/// channel closes.
+/// A delivery (or its [`Acker`](crate::Acker)) that is dropped unsettled is requeued at once, as
+/// `nack(requeue = true)` would, and delivered again flagged `redelivered`; one that was settled
+/// is not settled again.
 #[derive(Debug)]
 pub struct Delivery {
     /// The exchange it was published to.

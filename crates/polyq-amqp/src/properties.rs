@@ -69,8 +69,12 @@ impl Properties {
 
     /// The `expiration` as a TTL, or [`Error::Invalid`] naming the property and its value when
     /// a broker would refuse it. Signs are refused although RabbitMQ takes `+1` and `-0`: the
-    /// property is documented as digits only, which every broker reads alike.
-    pub(crate) fn expiration_ttl(&self, operation: &str) -> Result<Option<Duration>> {
+    /// property is documented as digits only, which every broker reads alike. `operation` is
+    /// only written out on that error: every publish asks, and few carry an expiration.
+    pub(crate) fn expiration_ttl(
+        &self,
+        operation: impl std::fmt::Display,
+    ) -> Result<Option<Duration>> {
         let Some(text) = self.expiration.as_deref() else {
             return Ok(None);
         };
@@ -81,7 +85,7 @@ impl Properties {
         match millis {
             Some(millis) => Ok(Some(Duration::from_millis(millis))),
             None => Err(Error::Invalid {
-                operation: operation.to_owned(),
+                operation: operation.to_string(),
                 reason: format!(
                     "property `expiration` is `{text}`; expected a whole number of \
                      milliseconds from 0 to {MAX_EXPIRATION_MS}"

@@ -2,11 +2,9 @@
 //! `amqp`) and against the embedded broker (`memory://`), so that a runtime behaves the same on
 //! both. Where they differ, the embedded broker is the one to fix.
 
-#[macro_use]
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
@@ -18,7 +16,9 @@ use tokio::time::Instant;
 
 use common::{Fixture, within};
 
-on_both_brokers!(
+polyq_testkit::both_brokers!(
+    #[tokio::test]
+    rabbitmq if feature = "amqp";
     headers_of_every_field_type_and_all_properties_round_trip,
     unroutable_mandatory_publish_comes_back_returned,
     ttl_queue_dead_letters_back_to_its_origin_through_an_exchange,
@@ -34,6 +34,7 @@ on_both_brokers!(
     exclusive_queue_is_refused_to_another_connection,
     server_named_queue,
     closing_a_connection_requeues_its_unsettled_deliveries,
+    a_dropped_delivery_is_requeued_and_a_settled_one_is_not_settled_again,
     full_queue_with_reject_publish_nacks,
     oversized_short_strings_are_refused,
     per_message_expiration_dead_letters_with_the_original_expiration,
@@ -115,7 +116,7 @@ fn death_history(delivery: &Delivery) -> Vec<FieldTable> {
     }
 }
 
-async fn headers_of_every_field_type_and_all_properties_round_trip(fx: Arc<Fixture>) {
+async fn headers_of_every_field_type_and_all_properties_round_trip(fx: &'static Fixture) {
     let queue = fx.name("headers");
     fx.queue(transient(&queue)).await;
 
@@ -196,7 +197,7 @@ async fn headers_of_every_field_type_and_all_properties_round_trip(fx: Arc<Fixtu
     delivery.ack().await.unwrap();
 }
 
-async fn unroutable_mandatory_publish_comes_back_returned(fx: Arc<Fixture>) {
+async fn unroutable_mandatory_publish_comes_back_returned(fx: &'static Fixture) {
     let exchange = fx.name("unbound");
     fx.exchange(ExchangeSpec {
         durable: false,
@@ -224,7 +225,7 @@ async fn unroutable_mandatory_publish_comes_back_returned(fx: Arc<Fixture>) {
     }
 }
 
-async fn ttl_queue_dead_letters_back_to_its_origin_through_an_exchange(fx: Arc<Fixture>) {
+async fn ttl_queue_dead_letters_back_to_its_origin_through_an_exchange(fx: &'static Fixture) {
     let exchange = fx.name("origin");
     let work = fx.name("work");
     let rung = fx.name("rung");
@@ -287,7 +288,7 @@ async fn ttl_queue_dead_letters_back_to_its_origin_through_an_exchange(fx: Arc<F
     );
 }
 
-async fn reject_without_requeue_dead_letters(fx: Arc<Fixture>) {
+async fn reject_without_requeue_dead_letters(fx: &'static Fixture) {
     let dlx = fx.name("dlx");
     let work = fx.name("work");
     let dead = fx.name("dead");
@@ -331,7 +332,7 @@ async fn reject_without_requeue_dead_letters(fx: Arc<Fixture>) {
     );
 }
 
-async fn requeue_sets_redelivered(fx: Arc<Fixture>) {
+async fn requeue_sets_redelivered(fx: &'static Fixture) {
     let queue = fx.name("requeue");
     fx.queue(transient(&queue)).await;
     acked(&fx.client, "", &queue, "first").await;
@@ -366,7 +367,7 @@ async fn requeue_sets_redelivered(fx: Arc<Fixture>) {
     assert!(matches!(third.ack().await, Err(Error::AlreadySettled)));
 }
 
-async fn prefetch_is_never_exceeded(fx: Arc<Fixture>) {
+async fn prefetch_is_never_exceeded(fx: &'static Fixture) {
     const PREFETCH: u16 = 3;
     let queue = fx.name("prefetch");
     fx.queue(transient(&queue)).await;
@@ -397,7 +398,7 @@ async fn prefetch_is_never_exceeded(fx: Arc<Fixture>) {
     consumer.cancel().await.unwrap();
 }
 
-async fn topic_routing_follows_star_and_hash(fx: Arc<Fixture>) {
+async fn topic_routing_follows_star_and_hash(fx: &'static Fixture) {
     let exchange = fx.name("topic");
     fx.exchange(ExchangeSpec::new(&exchange, ExchangeKind::Topic))
         .await;
@@ -456,7 +457,7 @@ async fn topic_routing_follows_star_and_hash(fx: Arc<Fixture>) {
     }
 }
 
-async fn confirm_outcomes(fx: Arc<Fixture>) {
+async fn confirm_outcomes(fx: &'static Fixture) {
     let queue = fx.name("confirm");
     fx.queue(transient(&queue)).await;
     assert_eq!(
@@ -494,7 +495,7 @@ async fn confirm_outcomes(fx: Arc<Fixture>) {
     );
 }
 
-async fn publishing_to_a_missing_exchange_fails_with_not_found(fx: Arc<Fixture>) {
+async fn publishing_to_a_missing_exchange_fails_with_not_found(fx: &'static Fixture) {
     // On RabbitMQ this closes the channel; a separate connection keeps the fixture's clean.
     let client = fx.connect().await;
     let missing = fx.name("missing");
@@ -510,7 +511,7 @@ async fn publishing_to_a_missing_exchange_fails_with_not_found(fx: Arc<Fixture>)
     }
 }
 
-async fn inspecting_an_exchange_proves_that_it_exists(fx: Arc<Fixture>) {
+async fn inspecting_an_exchange_proves_that_it_exists(fx: &'static Fixture) {
     let exchange = fx.name("inspected");
     let missing = fx.client.inspect_exchange(&exchange).await;
     assert!(
@@ -543,7 +544,7 @@ async fn inspecting_an_exchange_proves_that_it_exists(fx: Arc<Fixture>) {
     ));
 }
 
-async fn basic_get_fetches_one_message_at_a_time(fx: Arc<Fixture>) {
+async fn basic_get_fetches_one_message_at_a_time(fx: &'static Fixture) {
     let queue = fx.name("get");
     fx.queue(transient(&queue)).await;
     assert!(fx.client.get(&queue).await.unwrap().is_none());
@@ -567,7 +568,7 @@ async fn basic_get_fetches_one_message_at_a_time(fx: Arc<Fixture>) {
     ));
 }
 
-async fn purge_delete_and_counts(fx: Arc<Fixture>) {
+async fn purge_delete_and_counts(fx: &'static Fixture) {
     let queue = fx.name("counts");
     let declared = fx.queue(transient(&queue)).await;
     assert_eq!((declared.message_count, declared.consumer_count), (0, 0));
@@ -615,7 +616,7 @@ async fn purge_delete_and_counts(fx: Arc<Fixture>) {
     ));
 }
 
-async fn exclusive_queue_is_refused_to_another_connection(fx: Arc<Fixture>) {
+async fn exclusive_queue_is_refused_to_another_connection(fx: &'static Fixture) {
     let owner = fx.connect().await;
     let queue = fx.name("exclusive");
     let spec = QueueSpec {
@@ -650,7 +651,7 @@ async fn exclusive_queue_is_refused_to_another_connection(fx: Arc<Fixture>) {
     .await;
 }
 
-async fn server_named_queue(fx: Arc<Fixture>) {
+async fn server_named_queue(fx: &'static Fixture) {
     let spec = QueueSpec {
         exclusive: true,
         durable: false,
@@ -668,7 +669,65 @@ async fn server_named_queue(fx: Arc<Fixture>) {
     assert_eq!(fx.client.delete_queue(&second.name).await.unwrap(), 0);
 }
 
-async fn closing_a_connection_requeues_its_unsettled_deliveries(fx: Arc<Fixture>) {
+async fn a_dropped_delivery_is_requeued_and_a_settled_one_is_not_settled_again(
+    fx: &'static Fixture,
+) {
+    let queue = fx.name("dropped");
+    fx.queue(transient(&queue)).await;
+    acked(&fx.client, "", &queue, "dropped").await;
+    acked(&fx.client, "", &queue, "kept").await;
+    // A window of one: the dropped delivery must leave it for anything else to arrive.
+    let mut consumer = fx
+        .client
+        .consume(&queue, &ConsumeOptions::default().prefetch(1))
+        .await
+        .unwrap();
+    let first = next(&mut consumer).await;
+    assert_eq!(
+        (&first.body[..], first.redelivered),
+        (&b"dropped"[..], false)
+    );
+    drop(first);
+
+    let again = next(&mut consumer).await;
+    assert_eq!(
+        (&again.body[..], again.redelivered),
+        (&b"dropped"[..], true)
+    );
+    again.ack().await.unwrap();
+    drop(again);
+    // A second settlement of the same tag would close the channel on RabbitMQ, and this
+    // delivery could then not be acknowledged.
+    let kept = next(&mut consumer).await;
+    assert_eq!((&kept.body[..], kept.redelivered), (&b"kept"[..], false));
+    // Split off, the acker alone gives the delivery back when it is dropped.
+    let Delivery { acker, .. } = kept;
+    drop(acker);
+    let kept = next(&mut consumer).await;
+    assert_eq!((&kept.body[..], kept.redelivered), (&b"kept"[..], true));
+    kept.ack().await.unwrap();
+    nothing_more(&mut consumer).await;
+    consumer.cancel().await.unwrap();
+
+    // basic.get: the same.
+    acked(&fx.client, "", &queue, "got").await;
+    drop(get(&fx.client, &queue).await);
+    let got = within("the dropped message back", async {
+        loop {
+            if let Some(delivery) = fx.client.get(&queue).await.unwrap() {
+                return delivery;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!((&got.body[..], got.redelivered), (&b"got"[..], true));
+    got.ack().await.unwrap();
+    let info = fx.client.inspect_queue(&queue).await.unwrap();
+    assert_eq!(info.message_count, 0);
+}
+
+async fn closing_a_connection_requeues_its_unsettled_deliveries(fx: &'static Fixture) {
     let queue = fx.name("close");
     fx.queue(transient(&queue)).await;
     acked(&fx.client, "", &queue, "unsettled").await;
@@ -696,7 +755,7 @@ async fn closing_a_connection_requeues_its_unsettled_deliveries(fx: Arc<Fixture>
     again.ack().await.unwrap();
 }
 
-async fn full_queue_with_reject_publish_nacks(fx: Arc<Fixture>) {
+async fn full_queue_with_reject_publish_nacks(fx: &'static Fixture) {
     let queue = fx.name("full");
     fx.queue(
         transient(&queue)
@@ -716,7 +775,7 @@ async fn full_queue_with_reject_publish_nacks(fx: Arc<Fixture>) {
     assert_eq!(&get(&fx.client, &queue).await.body[..], b"fits");
 }
 
-async fn oversized_short_strings_are_refused(fx: Arc<Fixture>) {
+async fn oversized_short_strings_are_refused(fx: &'static Fixture) {
     let long = "n".repeat(256);
     let declared = fx.client.declare_queue(&transient(&long)).await;
     assert!(
@@ -737,7 +796,7 @@ async fn oversized_short_strings_are_refused(fx: Arc<Fixture>) {
     acked(&fx.client, "", &queue, "still fine").await;
 }
 
-async fn per_message_expiration_dead_letters_with_the_original_expiration(fx: Arc<Fixture>) {
+async fn per_message_expiration_dead_letters_with_the_original_expiration(fx: &'static Fixture) {
     let queue = fx.name("expiring");
     let dead = fx.name("expired");
     fx.queue(transient(&dead)).await;
@@ -776,7 +835,7 @@ async fn per_message_expiration_dead_letters_with_the_original_expiration(fx: Ar
     delivery.ack().await.unwrap();
 }
 
-async fn max_length_drops_the_oldest_into_the_dead_letter_exchange(fx: Arc<Fixture>) {
+async fn max_length_drops_the_oldest_into_the_dead_letter_exchange(fx: &'static Fixture) {
     let queue = fx.name("bounded");
     let dead = fx.name("overflowed");
     fx.queue(transient(&dead)).await;
@@ -809,7 +868,7 @@ async fn max_length_drops_the_oldest_into_the_dead_letter_exchange(fx: Arc<Fixtu
     assert_eq!(&get(&fx.client, &queue).await.body[..], b"2");
 }
 
-async fn deleting_a_queue_ends_its_consumers(fx: Arc<Fixture>) {
+async fn deleting_a_queue_ends_its_consumers(fx: &'static Fixture) {
     let queue = fx.name("deleted");
     fx.queue(transient(&queue)).await;
     let mut consumer = fx
@@ -828,7 +887,7 @@ async fn deleting_a_queue_ends_its_consumers(fx: Arc<Fixture>) {
     assert!(ended.is_none(), "then the stream ends: {ended:?}");
 }
 
-async fn a_closed_client_refuses_work_and_its_consumers_end(fx: Arc<Fixture>) {
+async fn a_closed_client_refuses_work_and_its_consumers_end(fx: &'static Fixture) {
     let queue = fx.name("closing");
     fx.queue(transient(&queue)).await;
     acked(&fx.client, "", &queue, "held").await;
@@ -855,7 +914,7 @@ async fn a_closed_client_refuses_work_and_its_consumers_end(fx: Arc<Fixture>) {
 
 /// A publish returns before its frames are on the socket; closing the client still puts every
 /// returned publish on the wire before the connection goes, as if each had been awaited.
-async fn closing_a_client_first_writes_what_it_published(fx: Arc<Fixture>) {
+async fn closing_a_client_first_writes_what_it_published(fx: &'static Fixture) {
     const MESSAGES: u32 = 2_000;
     let queue = fx.name("close-writes");
     fx.queue(transient(&queue)).await;
@@ -881,7 +940,7 @@ async fn closing_a_client_first_writes_what_it_published(fx: Arc<Fixture>) {
     .await;
 }
 
-async fn exclusive_consumer_keeps_others_off_the_queue(fx: Arc<Fixture>) {
+async fn exclusive_consumer_keeps_others_off_the_queue(fx: &'static Fixture) {
     let queue = fx.name("exclusive-consumer");
     fx.queue(transient(&queue)).await;
     let exclusive = ConsumeOptions::default().exclusive(true);
@@ -898,7 +957,7 @@ async fn exclusive_consumer_keeps_others_off_the_queue(fx: Arc<Fixture>) {
     only.cancel().await.unwrap();
 }
 
-async fn auto_delete_queue_goes_with_its_last_consumer(fx: Arc<Fixture>) {
+async fn auto_delete_queue_goes_with_its_last_consumer(fx: &'static Fixture) {
     let queue = fx.name("auto-delete");
     let spec = QueueSpec {
         auto_delete: true,
@@ -929,7 +988,7 @@ async fn auto_delete_queue_goes_with_its_last_consumer(fx: Arc<Fixture>) {
     .await;
 }
 
-async fn redeclaring_differently_fails_as_on_rabbitmq(fx: Arc<Fixture>) {
+async fn redeclaring_differently_fails_as_on_rabbitmq(fx: &'static Fixture) {
     let queue = fx.name("redeclared");
     let spec = transient(&queue).argument("x-message-ttl", FieldValue::I32(1000));
     fx.queue(spec.clone()).await;
@@ -995,7 +1054,7 @@ async fn redeclaring_differently_fails_as_on_rabbitmq(fx: Arc<Fixture>) {
     access_refused(fx.client.delete_exchange("amq.direct").await);
 }
 
-async fn consumers_of_one_queue_take_turns(fx: Arc<Fixture>) {
+async fn consumers_of_one_queue_take_turns(fx: &'static Fixture) {
     let queue = fx.name("turns");
     fx.queue(transient(&queue)).await;
     let unlimited = ConsumeOptions::default().prefetch(0);
@@ -1020,7 +1079,7 @@ async fn consumers_of_one_queue_take_turns(fx: Arc<Fixture>) {
 /// RabbitMQ closes the channel on an `expiration` that is not a non-negative integer of
 /// milliseconds (at most ten years), which would surface as an unconfirmed publish; both brokers
 /// refuse it before publishing instead, and the client goes on publishing.
-async fn an_invalid_expiration_is_refused_before_publishing(fx: Arc<Fixture>) {
+async fn an_invalid_expiration_is_refused_before_publishing(fx: &'static Fixture) {
     let queue = fx.name("bad-expiration");
     fx.queue(transient(&queue)).await;
     for expiration in ["soon", "", "-1", "+1", "1.5", " 1", "315360000001"] {

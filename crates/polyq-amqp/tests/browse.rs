@@ -5,17 +5,17 @@
     dead_code,
     reason = "the fixture is shared with behaviour.rs, which uses all of it"
 )]
-#[macro_use]
 mod common;
-
-use std::sync::Arc;
 
 use polyq_amqp::browse::{browse, sweep};
 use polyq_amqp::{ClientOptions, OutgoingMessage, Properties, PublishOutcome, QueueSpec};
 
 use common::{Fixture, within};
+use polyq_testkit::brokers::Fixture as _;
 
-on_both_brokers!(
+polyq_testkit::both_brokers!(
+    #[tokio::test]
+    rabbitmq if feature = "amqp";
     browsing_keeps_count_and_order,
     a_sweep_removes_its_selection_and_keeps_the_rest_in_order,
     a_limited_browse_reads_the_head_only,
@@ -44,7 +44,12 @@ async fn filled(fixture: &Fixture, count: usize) -> String {
 async fn bodies(fixture: &Fixture, queue: &str) -> Vec<String> {
     within(
         "a browse",
-        browse(&fixture.url, ClientOptions::default(), queue, None),
+        browse(
+            fixture.broker().url(),
+            ClientOptions::default(),
+            queue,
+            None,
+        ),
     )
     .await
     .expect("browse")
@@ -57,10 +62,10 @@ fn numbers(range: impl Iterator<Item = usize>) -> Vec<String> {
     range.map(|n| n.to_string()).collect()
 }
 
-async fn browsing_keeps_count_and_order(fixture: Arc<Fixture>) {
-    let queue = filled(&fixture, 300).await;
+async fn browsing_keeps_count_and_order(fixture: &'static Fixture) {
+    let queue = filled(fixture, 300).await;
     for _ in 0..3 {
-        assert_eq!(bodies(&fixture, &queue).await, numbers(0..300));
+        assert_eq!(bodies(fixture, &queue).await, numbers(0..300));
     }
     let info = fixture.client.inspect_queue(&queue).await.expect("inspect");
     assert_eq!(info.message_count, 300);
@@ -73,10 +78,10 @@ async fn browsing_keeps_count_and_order(fixture: Arc<Fixture>) {
     assert_eq!(consumed, numbers(0..300));
 }
 
-async fn a_sweep_removes_its_selection_and_keeps_the_rest_in_order(fixture: Arc<Fixture>) {
-    let queue = filled(&fixture, 100).await;
+async fn a_sweep_removes_its_selection_and_keeps_the_rest_in_order(fixture: &'static Fixture) {
+    let queue = filled(fixture, 100).await;
     let swept = sweep(
-        &fixture.url,
+        fixture.broker().url(),
         ClientOptions::default(),
         &queue,
         None,
@@ -92,17 +97,22 @@ async fn a_sweep_removes_its_selection_and_keeps_the_rest_in_order(fixture: Arc<
         .collect();
     assert_eq!(taken, numbers((0..100).filter(|n| n % 10 == 7)));
     assert_eq!(
-        bodies(&fixture, &queue).await,
+        bodies(fixture, &queue).await,
         numbers((0..100).filter(|n| n % 10 != 7))
     );
 }
 
-async fn a_limited_browse_reads_the_head_only(fixture: Arc<Fixture>) {
-    let queue = filled(&fixture, 20).await;
-    let head = browse(&fixture.url, ClientOptions::default(), &queue, Some(5))
-        .await
-        .expect("browse");
+async fn a_limited_browse_reads_the_head_only(fixture: &'static Fixture) {
+    let queue = filled(fixture, 20).await;
+    let head = browse(
+        fixture.broker().url(),
+        ClientOptions::default(),
+        &queue,
+        Some(5),
+    )
+    .await
+    .expect("browse");
     let head: Vec<&[u8]> = head.iter().map(|swept| &swept.message.body[..]).collect();
     assert_eq!(head, [b"0", b"1", b"2", b"3", b"4"]);
-    assert_eq!(bodies(&fixture, &queue).await, numbers(0..20));
+    assert_eq!(bodies(fixture, &queue).await, numbers(0..20));
 }

@@ -3,9 +3,13 @@
 //! Broker tests talk to the real brokers. When a broker cannot be reached the test fails with a
 //! message naming the broker and its URL: a broker test never passes silently.
 
+pub mod brokers;
 pub mod rabbitmq;
 pub mod rabbitmq_node;
+mod shared_fixtures;
 pub mod tls;
+
+pub use shared_fixtures::shared_fixtures;
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;

@@ -1,5 +1,6 @@
-//! Runs one test body against RabbitMQ and against the embedded broker, with unique names and
-//! removal of every queue the test declared, even when it fails.
+//! The fixture of the runtime tests: an `AceMq` on the test's broker, and source queues whose
+//! `.dlq`, `.parked` and rungs are removed with them at the end of the test, even when it fails
+//! (the harness is `polyq_testkit::brokers`).
 //!
 //! The managed exchanges `acemq.dlx` and `acemq.retry` are shared by every AceMQ consumer of a
 //! broker (of any language) and are left in place on RabbitMQ; each memory:// test has its own
@@ -7,15 +8,12 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use acemq::AceMq;
-use futures_util::FutureExt as _;
 use futures_util::StreamExt as _;
 use polyq_amqp::{Client, ConsumeOptions, Delivery, QueueSpec};
+use polyq_testkit::brokers::{Fixture, TestBroker};
 
 /// Upper bound for anything a test awaits; reaching it fails the test.
 pub const LIMIT: Duration = Duration::from_secs(20);
@@ -24,25 +22,54 @@ pub const LIMIT: Duration = Duration::from_secs(20);
 pub struct Env {
     pub url: String,
     pub mq: AceMq,
-    queues: Mutex<Vec<String>>,
+    broker: TestBroker,
+}
+
+impl Fixture for Env {
+    async fn set_up(broker: TestBroker) -> Self {
+        let mq = AceMq::builder()
+            .url(broker.url())
+            .client_name("acemq-runtime-test")
+            .connect()
+            .await
+            .expect("connect");
+        Self {
+            url: broker.url().to_owned(),
+            mq,
+            broker,
+        }
+    }
+
+    fn broker(&self) -> &TestBroker {
+        &self.broker
+    }
+
+    async fn tear_down(&self) {
+        self.mq.close().await.expect("close");
+    }
 }
 
 impl Env {
     /// A source queue with a unique name; its `.dlq`, `.parked` and rungs are removed with it.
     pub async fn queue(&self, what: &str) -> String {
-        let name = polyq_testkit::unique_name(&format!("acemq.rt.{what}"));
+        let name = self.broker.name(&format!("acemq.rt.{what}"));
         self.declare(QueueSpec::new(name.clone())).await;
         name
     }
 
-    /// Declares `spec` and remembers to delete it.
+    /// Declares `spec` and remembers to delete it, with the `.dlq`, `.parked` and rungs the
+    /// runtime may make for it.
     pub async fn declare(&self, spec: QueueSpec) {
         self.mq
             .client()
             .declare_queue(&spec)
             .await
             .unwrap_or_else(|e| panic!("declare {}: {e}", spec.name));
-        self.queues.lock().unwrap().push(spec.name);
+        for related in [".dlq", ".parked", ".retry.1s", ".retry.500ms"] {
+            self.broker
+                .remember_queue(format!("{}{related}", spec.name));
+        }
+        self.broker.remember_queue(spec.name);
     }
 
     /// The client underneath.
@@ -93,77 +120,4 @@ impl Env {
             .expect("inspect")
             .message_count
     }
-
-    async fn cleanup(&self) {
-        let cleaner = Client::connect(&self.url)
-            .await
-            .expect("connect to clean up");
-        let queues: Vec<String> = std::mem::take(&mut *self.queues.lock().unwrap());
-        for queue in queues {
-            let mut related = vec![
-                format!("{queue}.dlq"),
-                format!("{queue}.parked"),
-                format!("{queue}.retry.1s"),
-                format!("{queue}.retry.500ms"),
-            ];
-            related.insert(0, queue);
-            for name in related {
-                match cleaner.delete_queue(&name).await {
-                    Ok(_) | Err(polyq_amqp::Error::NotFound { .. }) => {}
-                    Err(e) => panic!("delete {name}: {e}"),
-                }
-            }
-        }
-        self.mq.close().await.expect("close");
-        cleaner.close().await.expect("close cleaner");
-    }
-}
-
-/// A fresh embedded broker for one test.
-pub fn memory_url() -> String {
-    format!("memory://{}", polyq_testkit::unique_name("acemq-rt"))
-}
-
-/// Runs `body` against the broker at `url`, then removes what it declared.
-pub async fn run<F, Fut>(url: String, body: F)
-where
-    F: FnOnce(&'static Env) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mq = AceMq::builder()
-        .url(url.as_str())
-        .client_name("acemq-runtime-test")
-        .connect()
-        .await
-        .expect("connect");
-    // Leaked so handlers and spawned tasks may borrow it; one small value per test.
-    let env: &'static Env = Box::leak(Box::new(Env {
-        url,
-        mq,
-        queues: Mutex::new(Vec::new()),
-    }));
-    let outcome = AssertUnwindSafe(body(env)).catch_unwind().await;
-    env.cleanup().await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-}
-
-/// One test body, run against both brokers: `both!(name)` makes `name::memory` and
-/// `name::rabbitmq` from `async fn name(env: &'static Env)`.
-#[macro_export]
-macro_rules! both {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory() {
-                $crate::common::run($crate::common::memory_url(), super::$name).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rabbitmq() {
-                $crate::common::run(polyq_testkit::amqp_url(), super::$name).await;
-            }
-        }
-    };
 }

@@ -113,7 +113,8 @@ impl std::fmt::Debug for AmqpTransport {
     }
 }
 
-/// Settles one AMQP reservation; keeps what a release republishes.
+/// Settles one AMQP reservation; keeps what a release republishes. Dropped without being
+/// settled, it requeues its delivery at once ([`polyq_amqp::Acker`]'s drop).
 #[derive(Debug)]
 pub struct AmqpReceipt {
     acker: Acker,

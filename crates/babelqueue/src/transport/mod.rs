@@ -47,7 +47,9 @@ pub struct Reserved<R> {
 /// A broker binding. Every method that settles a reservation leaves it unsettled when it fails,
 /// so the message comes back rather than being lost.
 pub trait Transport: Send + Sync + 'static {
-    /// Identifies one reservation.
+    /// Identifies one reservation. The bindings' receipts give their reservation back when
+    /// dropped without being settled (a requeue or a release), so one nobody will settle is not
+    /// held until the broker's own timeout.
     type Receipt: Send + Sync + 'static;
 
     /// What this binding can do.

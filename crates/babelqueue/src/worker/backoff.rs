@@ -46,17 +46,20 @@ impl Backoff {
         Self::exponential(delay, 1.0)
     }
 
-    /// `base × multiplier^(n−1)`; a multiplier below 1 (or not finite) counts as 1.
+    /// `base × multiplier^(n−1)`. The multiplier must be finite and at least 1: a
+    /// [`Worker`](crate::worker::Worker) refuses to start with any other, and [`Backoff::delay`]
+    /// reads it as 1.
     pub fn exponential(base: Duration, multiplier: f64) -> Self {
         Self {
             base,
-            multiplier: if multiplier.is_finite() && multiplier >= 1.0 {
-                multiplier
-            } else {
-                1.0
-            },
+            multiplier,
             ..Self::none()
         }
+    }
+
+    /// The multiplier when it is not a finite number of at least 1.
+    pub(crate) fn invalid_multiplier(&self) -> Option<f64> {
+        (!(self.multiplier.is_finite() && self.multiplier >= 1.0)).then_some(self.multiplier)
     }
 
     /// Caps every wait (default: zero, which means uncapped).
@@ -111,7 +114,12 @@ impl Backoff {
             return Duration::ZERO;
         }
         let exponent = i32::try_from(attempt.saturating_sub(1).max(0)).unwrap_or(i32::MAX);
-        let seconds = self.base.as_secs_f64() * self.multiplier.powi(exponent);
+        let multiplier = if self.invalid_multiplier().is_some() {
+            1.0
+        } else {
+            self.multiplier
+        };
+        let seconds = self.base.as_secs_f64() * multiplier.powi(exponent);
         let uncapped = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
         if self.max.is_zero() {
             uncapped

@@ -304,10 +304,8 @@ impl<T: Transport> Context<T> {
         cause: String,
         shutdown: &Shutdown,
     ) -> Outcome {
-        if self.settings.unknown_urn == UnknownUrn::Delete {
-            warn!(queue = %self.queue, %cause, "dropping a poison message (unknown-URN strategy delete)");
-            return self.ack_dropped(receipt).await;
-        }
+        // Whatever the unknown-URN strategy says: that strategy is about messages that decode
+        // and name a URN nobody handles, and a body nobody can read is never dropped unseen.
         warn!(queue = %self.queue, %cause, "poison message: dead-lettering it on its first delivery");
         let block = DeadLetter::new(
             DeadLetterReason::Poison,
@@ -361,7 +359,8 @@ impl<T: Transport> Context<T> {
 
     /// After a failed settlement: the message goes back unchanged, after a pause so a broken
     /// dead-letter queue does not turn into a busy loop. When even that fails the reservation is
-    /// dropped unsettled, and the broker returns it (channel close, reservation deadline).
+    /// dropped unsettled: its receipt gives it back once more as it is dropped, and failing that
+    /// the broker returns it (channel close, reservation deadline).
     async fn hand_back(&self, receipt: &T::Receipt, shutdown: &Shutdown) -> Outcome {
         tokio::select! {
             () = tokio::time::sleep(self.settings.redelivery_pause) => {}

@@ -61,7 +61,8 @@ pub enum UnknownUrn {
     /// `unknown_urn`. The default in every SDK.
     #[default]
     Fail,
-    /// Acknowledged and dropped (logged).
+    /// Acknowledged and dropped (logged). Only a message that decodes is dropped: poison still
+    /// goes to the dead-letter queue as its poison record, unlike the reference's `delete`.
     Delete,
     /// Put back unchanged for another consumer, after the release delay.
     Release,
@@ -162,6 +163,41 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// Refuses what the setters take but a worker cannot run with, naming the option, the value
+    /// and what is allowed, rather than correcting it behind the caller's back.
+    fn validate(&self) -> Result<()> {
+        let invalid = |option, value: String, allowed: &str| {
+            Err(Error::InvalidOption {
+                option,
+                reason: format!("was {value}; {allowed}"),
+            })
+        };
+        if self.max_attempts == 0 {
+            return invalid(
+                "max_attempts",
+                "0".to_owned(),
+                "it must be at least 1 (1 dead-letters a failing message on its first failure)",
+            );
+        }
+        if self.concurrency == 0 {
+            return invalid(
+                "concurrency",
+                "0".to_owned(),
+                "it must be at least 1 handler at a time",
+            );
+        }
+        if let Some(multiplier) = self.backoff.invalid_multiplier() {
+            return invalid(
+                "backoff multiplier",
+                multiplier.to_string(),
+                "it must be a finite number of at least 1 (1 waits the same before every retry)",
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A worker over one queue: register handlers, set options, then [`Worker::run`] until stopped
 /// or [`Worker::consume`] a bounded number of messages.
 ///
@@ -226,15 +262,17 @@ impl<T: Transport> Worker<T> {
     }
 
     /// Deliveries per message before it is dead-lettered (default 3, as in every SDK: a message
-    /// that always fails is handled 3 times and lands with `attempts: 3`). 0 counts as 1.
+    /// that always fails is handled 3 times and lands with `attempts: 3`). At least 1: a worker
+    /// given 0 refuses to start ([`Error::InvalidOption`]).
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
-        self.settings.max_attempts = max_attempts.max(1);
+        self.settings.max_attempts = max_attempts;
         self
     }
 
     /// Wait before each retry (default [`Backoff::none`]), honoured where the binding can delay
     /// (RabbitMQ and `memory://` through delay queues, the Laravel Redis layout); ignored by the
-    /// default Redis layout.
+    /// default Redis layout. A worker refuses to start with a multiplier below 1 or not finite
+    /// ([`Error::InvalidOption`]).
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.settings.backoff = backoff;
         self
@@ -252,9 +290,10 @@ impl<T: Transport> Worker<T> {
         self
     }
 
-    /// Handlers running at once (default 1). 0 counts as 1.
+    /// Handlers running at once (default 1). At least 1: a worker given 0 refuses to start
+    /// ([`Error::InvalidOption`]).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
-        self.settings.concurrency = concurrency.max(1);
+        self.settings.concurrency = concurrency;
         self
     }
 
@@ -315,8 +354,10 @@ impl<T: Transport> Worker<T> {
     /// messages of those still running.
     ///
     /// # Errors
-    /// Only what ends the loop for good; a failing message, or a broker error while reserving
-    /// (logged, then retried after the poll wait), never does.
+    /// [`Error::InvalidOption`] before anything is taken when an option is out of range (a
+    /// `max_attempts` or `concurrency` of 0, a backoff multiplier below 1). Otherwise only what
+    /// ends the loop for good; a failing message, or a broker error while reserving (logged,
+    /// then retried after the poll wait), never does.
     pub async fn run(self, shutdown: &Shutdown) -> Result<WorkerReport> {
         self.drive(None, None, shutdown).await
     }
@@ -351,6 +392,7 @@ impl<T: Transport> Worker<T> {
         idle_timeout: Option<Duration>,
         shutdown: &Shutdown,
     ) -> Result<WorkerReport> {
+        self.settings.validate()?;
         let settings = self.settings.clone();
         let context = Arc::new(Context {
             transport: self.transport.clone(),

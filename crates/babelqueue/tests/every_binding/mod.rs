@@ -11,6 +11,7 @@ use babelqueue::BabelQueue;
 use babelqueue::transport::AnyReceipt;
 use babelqueue::transport::redis::RedisOptions;
 use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Reserved, Transport};
+use polyq_testkit::brokers::Broker;
 
 /// Upper bound for anything awaited in a test.
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -60,9 +61,9 @@ impl Bound {
     pub async fn with(binding: Binding, options: ConnectOptions) -> Self {
         let name = polyq_testkit::unique_name("bq-bind");
         let url = match binding {
-            Binding::Memory => format!("memory://{name}"),
-            Binding::RabbitMq => polyq_testkit::amqp_url(),
-            Binding::Redis | Binding::Laravel => polyq_testkit::redis_url(),
+            Binding::Memory => Broker::Memory.url(),
+            Binding::RabbitMq => Broker::RabbitMq.url(),
+            Binding::Redis | Binding::Laravel => Broker::Redis.url(),
         };
         let layout = if binding == Binding::Laravel {
             RedisLayout::Laravel
@@ -122,7 +123,7 @@ impl Bound {
                 }
                 let _ = amqp.client().close().await;
             }
-            _ => crate::runtime_support::delete_redis_keys(&self.url, &name).await,
+            _ => polyq_testkit::brokers::delete_redis_keys(&self.url, &name).await,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! What the runtime tests share: one scenario runs on the embedded broker and on RabbitMQ.
+//! What the runtime tests share: a scene on the test's broker, whose queues are removed at the
+//! end of the test even when it fails (the harness is `polyq_testkit::brokers`).
 
 #![allow(dead_code)]
 
@@ -9,6 +10,7 @@ use babelqueue::transport::{Capabilities, Health, Reserved, Transport};
 use babelqueue::worker::Job;
 use bytes::Bytes;
 use polyq_amqp::{Client, Delivery, OutgoingMessage, Properties};
+use polyq_testkit::brokers::TestBroker;
 use tokio::sync::mpsc;
 
 /// Upper bound for anything awaited in a test.
@@ -16,50 +18,28 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 /// How long a bounded consume waits for one more message before it returns.
 pub const IDLE: Duration = Duration::from_millis(500);
 
-/// Declares `#[tokio::test]`s `memory` and `rabbitmq` in a module named after the scenario.
-#[macro_export]
-macro_rules! on_both_brokers {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory() {
-                super::$scenario(&$crate::runtime_support::memory_url()).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rabbitmq() {
-                super::$scenario(&polyq_testkit::amqp_url()).await;
-            }
-        }
-    )*};
-}
-
-/// A fresh embedded broker.
-pub fn memory_url() -> String {
-    format!("memory://{}", polyq_testkit::unique_name("bq-rt"))
-}
-
-/// A queue with a unique name, a plain client beside it to look at the broker, and the names to
-/// delete at the end.
+/// A queue with a unique name and a plain client beside it to look at the broker; the queue,
+/// its dead-letter queue and the scene's other queues are deleted at the end of the test.
 pub struct Scene {
     pub queue: BabelQueue,
     pub client: Client,
-    extra: Vec<String>,
+    broker: &'static TestBroker,
 }
 
 impl Scene {
-    pub async fn new(url: &str) -> Self {
-        let name = polyq_testkit::unique_name("bq-rt");
-        let queue = BabelQueue::builder(url)
+    pub async fn new(broker: &'static TestBroker) -> Self {
+        let name = broker.remember_queue(broker.name("bq-rt"));
+        broker.remember_queue(format!("{name}.dlq"));
+        let queue = BabelQueue::builder(broker.url())
             .queue(&name)
             .connect()
             .await
             .unwrap();
-        let client = Client::connect(url).await.unwrap();
+        let client = broker.connect().await;
         Self {
             queue,
             client,
-            extra: Vec::new(),
+            broker,
         }
     }
 
@@ -72,10 +52,9 @@ impl Scene {
     }
 
     /// Another queue of this scene, deleted at the end.
-    pub fn other(&mut self, suffix: &str) -> String {
-        let name = format!("{}.{suffix}", self.name());
-        self.extra.push(name.clone());
-        name
+    pub fn other(&self, suffix: &str) -> String {
+        self.broker
+            .remember_queue(format!("{}.{suffix}", self.name()))
     }
 
     /// Publishes raw bytes with raw properties, as a foreign producer would.
@@ -128,15 +107,6 @@ impl Scene {
             );
         }
     }
-
-    pub async fn cleanup(self) {
-        let mut names = vec![self.name().to_owned(), self.dlq()];
-        names.extend(self.extra);
-        for name in names {
-            let _ = self.client.delete_queue(&name).await;
-        }
-        let _ = self.client.close().await;
-    }
 }
 
 /// The body of a delivery, decoded.
@@ -162,25 +132,6 @@ pub fn recorder() -> (
         },
         rx,
     )
-}
-
-/// Deletes every Redis key whose name contains `name`: what a scenario left behind.
-#[cfg(feature = "redis")]
-pub async fn delete_redis_keys(url: &str, name: &str) {
-    let client = redis::Client::open(url).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{name}*"))
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    if !keys.is_empty() {
-        let () = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-    }
 }
 
 /// A transport whose chosen operations refuse to work (publishes to one queue, acks,

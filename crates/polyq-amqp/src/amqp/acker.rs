@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use futures_util::FutureExt as _;
 use lapin::Channel;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 
@@ -42,6 +43,23 @@ impl Acker {
         self.settled("reject", outcome)
     }
 
+    /// Requeues the delivery without waiting for the broker: the `basic.nack` is queued on the
+    /// connection behind everything sent before it, so it goes out ahead of the channel close
+    /// that dropping the last reference to the channel may trigger.
+    fn requeue_now(&self) {
+        if !self.acker.usable() {
+            // Settled already, or its channel closed and the broker requeued it.
+            return;
+        }
+        // lapin queues the command on the first poll and only then waits for the broker's
+        // answer, which nobody is left to read; one poll therefore sends it, with no runtime.
+        let nack = self.acker.nack(BasicNackOptions {
+            requeue: true,
+            multiple: false,
+        });
+        let _ = nack.now_or_never();
+    }
+
     /// lapin answers `Ok(false)` both for a second settlement and for a delivery whose channel
     /// has closed (a "poisoned" acker); the broker redelivers the latter, so it must be told
     /// apart.
@@ -55,5 +73,13 @@ impl Acker {
             }
             Err(error) => Err(from_lapin(operation, None, &error)),
         }
+    }
+}
+
+/// A delivery dropped unsettled is requeued at once (flagged redelivered), rather than holding
+/// its place in the prefetch window until its channel closes.
+impl Drop for Acker {
+    fn drop(&mut self) {
+        self.requeue_now();
     }
 }

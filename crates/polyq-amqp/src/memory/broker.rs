@@ -416,7 +416,7 @@ impl Broker {
     pub(super) fn publish(self: &Arc<Self>, message: OutgoingMessage) -> Result<PublishOutcome> {
         let message_ttl = message
             .properties
-            .expiration_ttl(&format!("publish to exchange `{}`", message.exchange))?;
+            .expiration_ttl(format_args!("publish to exchange `{}`", message.exchange))?;
         let topology = self.read();
         let targets = topology
             .route(

@@ -97,6 +97,15 @@ impl Acker {
     }
 }
 
+/// A delivery dropped unsettled goes back to its queue at once (flagged redelivered), rather
+/// than holding its place in the prefetch window until the connection closes.
+impl Drop for Acker {
+    fn drop(&mut self) {
+        // Settled, or stale (closing the connection already requeued it): nothing to give back.
+        let _ = self.settle(Settlement::Requeue);
+    }
+}
+
 /// A consumer of the embedded broker: a stream of deliveries within the prefetch window.
 /// Dropping it cancels it.
 pub(crate) struct Consumer {

@@ -8,8 +8,9 @@ use crate::value::{FieldTable, FieldValue};
 
 const SHORT_STRING_MAX: usize = 255;
 
-/// Refuses a short string over 255 bytes, naming it.
-pub(super) fn short(operation: &str, what: &str, value: &str) -> Result<()> {
+/// Refuses a short string over 255 bytes, naming it. `what` is only written out on that error:
+/// a publish checks every property and header it carries.
+pub(super) fn short(operation: &str, what: impl std::fmt::Display, value: &str) -> Result<()> {
     if value.len() <= SHORT_STRING_MAX {
         Ok(())
     } else {
@@ -28,7 +29,7 @@ pub(super) fn table(operation: &str, table: &FieldTable) -> Result<()> {
     for (name, value) in table {
         short(
             operation,
-            &format!("header or argument name `{name}`"),
+            format_args!("header or argument name `{name}`"),
             name,
         )?;
         nested(operation, value)?;
@@ -58,7 +59,7 @@ pub(super) fn properties(operation: &str, properties: &Properties) -> Result<()>
         ("app_id", &properties.app_id),
     ] {
         if let Some(value) = value {
-            short(operation, &format!("property `{what}`"), value)?;
+            short(operation, format_args!("property `{what}`"), value)?;
         }
     }
     table(operation, &properties.headers)

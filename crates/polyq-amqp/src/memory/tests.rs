@@ -37,6 +37,13 @@ async fn take(client: &Client, queue: &str) -> Delivery {
     client.get(queue).await.unwrap().expect("a message")
 }
 
+/// [`take`], acknowledged: a delivery dropped unsettled would go back to its queue.
+async fn take_acked(client: &Client, queue: &str) -> Delivery {
+    let delivery = take(client, queue).await;
+    delivery.ack().await.unwrap();
+    delivery
+}
+
 fn x_death(delivery: &Delivery) -> Vec<crate::FieldTable> {
     match delivery.properties.headers.get("x-death") {
         Some(FieldValue::Array(entries)) => entries
@@ -134,8 +141,8 @@ async fn messages_expire_in_order_each_after_its_own_ttl() {
         (ready(&client, "rung").await, ready(&client, "dead").await),
         (0, 2)
     );
-    assert_eq!(&take(&client, "dead").await.body[..], b"first");
-    assert_eq!(&take(&client, "dead").await.body[..], b"second");
+    assert_eq!(&take_acked(&client, "dead").await.body[..], b"first");
+    assert_eq!(&take_acked(&client, "dead").await.body[..], b"second");
 }
 
 #[tokio::test(start_paused = true)]
@@ -236,7 +243,7 @@ async fn reject_and_nack_without_requeue_dead_letter_with_the_original_key() {
     take(&client, "work").await.reject(false).await.unwrap();
     take(&client, "work").await.nack(false).await.unwrap();
     for body in ["one", "two"] {
-        let dead = take(&client, "dead").await;
+        let dead = take_acked(&client, "dead").await;
         assert_eq!(&dead.body[..], body.as_bytes());
         assert_eq!(dead.routing_key, "work");
         assert_eq!(dead.exchange, "dlx");

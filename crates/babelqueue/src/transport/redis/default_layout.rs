@@ -9,8 +9,8 @@ use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{
-    RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue, reserve_within,
-    scripts,
+    GiveBack, RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue,
+    release_on_drop, reserve_within, scripts,
 };
 use crate::projection::{frame, unframe};
 use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_end};
@@ -77,12 +77,18 @@ struct Held {
 
 /// A reservation on the default layout: the value as stored in `<queue>:processing` and the
 /// token of its deadline member `<token>:<value>`.
+///
+/// Dropped without having been settled (the last copy of it, when cloned), it releases the
+/// reservation to the end of its queue in a task spawned on the current Tokio runtime, so the
+/// message is delivered again now rather than when its deadline lapses; without a runtime, or
+/// once its transport is gone, the deadline sweep returns it. A settled one does nothing.
 #[derive(Debug, Clone)]
 pub struct RedisReceipt {
     queue: String,
     stored: Bytes,
     token: String,
     headers: Headers,
+    give_back: Option<Arc<GiveBack>>,
 }
 
 impl RedisReceipt {
@@ -207,7 +213,7 @@ impl RedisTransport {
         let mut taken = taken
             .into_iter()
             .zip(tokens)
-            .map(|(stored, token)| reservation(queue, Bytes::from(stored), token));
+            .map(|(stored, token)| reservation(&self.inner, queue, Bytes::from(stored), token));
         let first = taken.next();
         let mut rest = taken.peekable();
         if rest.peek().is_some() {
@@ -340,6 +346,7 @@ impl RedisTransport {
             }
         }
         let settled: i64 = self.inner.connection.invoke(&settle, &operation).await?;
+        GiveBack::settled(receipt.give_back.as_ref());
         if settled == 1 {
             Ok(())
         } else {
@@ -358,7 +365,12 @@ enum End {
 }
 
 /// A stored value as handed over: unframed, with its headers and receipt.
-fn reservation(queue: &str, stored: Bytes, token: String) -> Reserved<RedisReceipt> {
+fn reservation(
+    inner: &Arc<Inner>,
+    queue: &str,
+    stored: Bytes,
+    token: String,
+) -> Reserved<RedisReceipt> {
     let (body, headers) = match std::str::from_utf8(&stored) {
         Ok(text) => match unframe(text) {
             (Cow::Owned(body), headers) => (Bytes::from(body), headers),
@@ -371,12 +383,30 @@ fn reservation(queue: &str, stored: Bytes, token: String) -> Reserved<RedisRecei
         headers: headers.clone(),
         broker_attempts: None,
         receipt: RedisReceipt {
+            give_back: Some(give_back(inner, queue, &stored, &token)),
             queue: queue.to_owned(),
             stored,
             token,
             headers,
         },
     }
+}
+
+/// Releases the reservation `token` of `stored` when its receipt is dropped unsettled.
+fn give_back(inner: &Arc<Inner>, queue: &str, stored: &Bytes, token: &str) -> Arc<GiveBack> {
+    let receipt = RedisReceipt {
+        queue: queue.to_owned(),
+        stored: stored.clone(),
+        token: token.to_owned(),
+        headers: Headers::new(),
+        give_back: None,
+    };
+    release_on_drop(
+        inner,
+        |inner| RedisTransport { inner },
+        receipt,
+        queue.to_owned(),
+    )
 }
 
 impl Transport for RedisTransport {
@@ -467,7 +497,15 @@ impl Transport for RedisTransport {
         for receipt in receipts {
             settle.arg(&receipt.token).arg(&receipt.stored[..]);
         }
-        move_in_one_script(self, &self.inner.connection, queue, receipts, &settle).await
+        move_in_one_script(
+            self,
+            &self.inner.connection,
+            queue,
+            receipts,
+            &settle,
+            |receipt| GiveBack::settled(receipt.give_back.as_ref()),
+        )
+        .await
     }
 
     /// `LLEN <queue>`.

@@ -8,8 +8,8 @@ use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{
-    RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue, reserve_within,
-    scripts, whole_seconds_up,
+    GiveBack, RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue,
+    release_on_drop, reserve_within, scripts, whole_seconds_up,
 };
 use crate::transport::{Capabilities, Reserved, Transport, move_each_to_end};
 
@@ -64,23 +64,38 @@ struct Inner {
 }
 
 /// A reservation on the Laravel layout: the raw job and its member in `:reserved`.
+///
+/// One handed out by [`LaravelTransport`]'s reserve, dropped without having been settled (the
+/// last copy of it, when cloned), releases the job through `:delayed`, due at once, in a task
+/// spawned on the current Tokio runtime, so it is delivered again now rather than after
+/// `retry_after`; without a runtime, or once its transport is gone, the next pop's migration
+/// returns it when `retry_after` lapses. A settled one, or one made with
+/// [`LaravelReceipt::new`], does nothing.
 #[derive(Debug, Clone)]
 pub struct LaravelReceipt {
     queue: String,
     job: Bytes,
     reserved: Bytes,
+    give_back: Option<Arc<GiveBack>>,
 }
 
 impl LaravelReceipt {
     /// The receipt of a reservation made by any worker on this layout (Laravel, Python or this
     /// crate): `queue` as named without the prefix, the `job` it took off the queue and its exact
-    /// `reserved` member. Lets one worker settle what another reserved.
+    /// `reserved` member. Lets one worker settle what another reserved; dropping it unsettled
+    /// gives nothing back, as the reservation is not this receipt's own.
     pub fn new(queue: impl Into<String>, job: Bytes, reserved: Bytes) -> Self {
         Self {
             queue: queue.into(),
             job,
             reserved,
+            give_back: None,
         }
+    }
+
+    /// Marks it settled, so that dropping it gives nothing back.
+    fn settled(&self) {
+        GiveBack::settled(self.give_back.as_ref());
     }
 
     /// The queue it was reserved from, without the prefix.
@@ -192,17 +207,29 @@ impl LaravelTransport {
             .await?;
         Ok(popped.map(|(job, reserved)| {
             let job = Bytes::from(job);
+            let receipt = LaravelReceipt::new(queue, job.clone(), Bytes::from(reserved));
             Reserved {
-                body: job.clone(),
+                body: job,
                 headers: Vec::new(),
                 broker_attempts: None,
                 receipt: LaravelReceipt {
-                    queue: queue.to_owned(),
-                    job,
-                    reserved: Bytes::from(reserved),
+                    give_back: Some(self.give_back(receipt.clone())),
+                    ..receipt
                 },
             }
         }))
+    }
+
+    /// Releases the reservation of `receipt` (one that gives nothing back itself) when the
+    /// receipt handed out with it is dropped unsettled.
+    fn give_back(&self, receipt: LaravelReceipt) -> Arc<GiveBack> {
+        let queue = receipt.queue.clone();
+        release_on_drop(
+            &self.inner,
+            |inner| LaravelTransport { inner },
+            receipt,
+            queue,
+        )
     }
 
     /// Blocks for at most `slice` until a job is made ready on `queue`.
@@ -240,6 +267,7 @@ impl LaravelTransport {
             .arg(body)
             .arg(available_at);
         let settled: i64 = self.inner.connection.invoke(&release, &operation).await?;
+        receipt.settled();
         if settled == 1 {
             Ok(())
         } else {
@@ -264,6 +292,7 @@ impl LaravelTransport {
             .arg(&receipt.reserved[..])
             .arg(body);
         let settled: i64 = self.inner.connection.invoke(&push, &operation).await?;
+        receipt.settled();
         if settled == 1 {
             Ok(())
         } else {
@@ -335,6 +364,7 @@ impl Transport for LaravelTransport {
                 operation,
             )
             .await?;
+        receipt.settled();
         if removed == 1 {
             Ok(())
         } else {
@@ -406,7 +436,15 @@ impl Transport for LaravelTransport {
         for receipt in receipts {
             push.arg(&receipt.reserved[..]).arg(&receipt.job[..]);
         }
-        move_in_one_script(self, &self.inner.connection, queue, receipts, &push).await
+        move_in_one_script(
+            self,
+            &self.inner.connection,
+            queue,
+            receipts,
+            &push,
+            LaravelReceipt::settled,
+        )
+        .await
     }
 
     /// `LLEN` of the ready list.

@@ -18,7 +18,12 @@ mod laravel;
 mod scripts;
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use tokio::runtime::Handle;
 
 use crate::transport::{TlsOptions, Transport, move_each_to_end};
 
@@ -214,6 +219,98 @@ impl RedisOptions {
     }
 }
 
+/// What gives a reservation back when its receipt is dropped without having been settled: a
+/// release (to the end of the queue, as [`Transport::release`] with no delay puts it), spawned on
+/// the Tokio runtime the receipt is dropped in. Shared by the copies of one receipt, so the last
+/// copy dropped decides.
+///
+/// A settle that got the server's answer (done, or no longer held) counts as settled, so a
+/// settled reservation is never released again; one whose answer was lost is released, which the
+/// gated script turns into nothing when the settle did happen. With no runtime to spawn on (a
+/// receipt dropped outside one, or while it shuts down), or once its transport is gone, the
+/// reservation comes back when its deadline lapses (`reservation_deadline`, `retry_after`).
+pub(super) struct GiveBack {
+    settled: AtomicBool,
+    release: Option<Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send + Sync>>,
+}
+
+impl GiveBack {
+    /// A guard that runs `release` when dropped unsettled.
+    pub(super) fn new<F>(release: impl FnOnce() -> F + Send + Sync + 'static) -> Arc<Self>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Arc::new(Self {
+            settled: AtomicBool::new(false),
+            release: Some(Box::new(move || Box::pin(release()))),
+        })
+    }
+
+    /// Marks the reservation settled, when a guard exists.
+    pub(super) fn settled(guard: Option<&Arc<Self>>) {
+        if let Some(guard) = guard {
+            guard.settled.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl std::fmt::Debug for GiveBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GiveBack")
+            .field("settled", &self.settled.load(Ordering::Acquire))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::Acquire) {
+            return;
+        }
+        let (Some(release), Ok(runtime)) = (self.release.take(), Handle::try_current()) else {
+            return;
+        };
+        runtime.spawn(release());
+    }
+}
+
+/// A guard that releases `receipt` (one that gives nothing back itself) of `queue` through the
+/// transport `revive` makes of `inner`, as long as that transport still exists.
+pub(super) fn release_on_drop<I, T>(
+    inner: &Arc<I>,
+    revive: fn(Arc<I>) -> T,
+    receipt: T::Receipt,
+    queue: String,
+) -> Arc<GiveBack>
+where
+    I: Send + Sync + 'static,
+    T: Transport,
+{
+    let inner = Arc::downgrade(inner);
+    GiveBack::new(move || async move {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let released = revive(inner).release(&receipt, Duration::ZERO).await;
+        gave_back(&queue, released);
+    })
+}
+
+/// Logs the outcome of a release on drop: a reservation no longer held was settled or swept
+/// meanwhile, anything else returns when its deadline lapses.
+fn gave_back(queue: &str, released: crate::Result<()>) {
+    match released {
+        Ok(()) => tracing::debug!(queue, "a reservation dropped unsettled was released"),
+        Err(crate::Error::Redis {
+            kind: RedisErrorKind::ReservationLost,
+            ..
+        }) => {}
+        Err(error) => {
+            tracing::warn!(queue, %error, "could not release a reservation dropped unsettled; it returns when its deadline lapses")
+        }
+    }
+}
+
 /// A score `seconds` after `now`, as the scripts take it: whole seconds, a fraction rounded up,
 /// or `+inf` for never.
 fn deadline_score(now: i64, after: Option<Duration>) -> String {
@@ -253,14 +350,15 @@ where
     }
 }
 
-/// Moves `receipts`, all of `queue`, to its end with `bulk`, one script that answers for each;
-/// one at a time when it does not answer.
+/// Moves `receipts`, all of `queue`, to its end with `bulk`, one script that answers for each
+/// (each receipt is then marked with `settled`); one at a time when it does not answer.
 async fn move_in_one_script<T: Transport>(
     transport: &T,
     connection: &connection::Connection,
     queue: &str,
     receipts: &[&T::Receipt],
     bulk: &redis::ScriptInvocation<'_>,
+    settled: impl Fn(&T::Receipt),
 ) -> Vec<crate::Result<()>> {
     let operation = || {
         format!(
@@ -272,7 +370,10 @@ async fn move_in_one_script<T: Transport>(
         .settle_each(bulk, receipts.len(), operation)
         .await
     {
-        Some(moved) => moved,
+        Some(moved) => {
+            receipts.iter().for_each(|receipt| settled(receipt));
+            moved
+        }
         None => move_each_to_end(transport, receipts).await,
     }
 }

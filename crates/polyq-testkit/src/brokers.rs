@@ -1,0 +1,293 @@
+//! One test scenario, run on each broker: the embedded one (`memory://`) and RabbitMQ, and
+//! Redis where the scenario speaks BabelQueue.
+//!
+//! A scenario is an async function taking a `&'static` fixture. [`run`] sets the fixture up on a
+//! fresh broker URL, runs the scenario, and removes what the scenario declared even when it
+//! panicked, then lets the panic fail the test. [`both_brokers!`](crate::both_brokers) makes one
+//! test per broker for each scenario, named `<scenario>::memory` and `<scenario>::rabbitmq`
+//! (and `<scenario>::redis` where asked).
+//!
+//! ```ignore
+//! async fn round_trip(broker: &'static TestBroker) {
+//!     let queue = broker.remember_queue(broker.name("orders"));
+//!     // ... declare `queue` on `broker.url()` and assert on it ...
+//! }
+//!
+//! polyq_testkit::both_brokers!(round_trip);
+//! ```
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
+
+use futures_util::FutureExt as _;
+use polyq_amqp::Client;
+
+/// The broker a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Broker {
+    /// A fresh embedded broker of its own for each test.
+    Memory,
+    /// The RabbitMQ of `POLYQ_AMQP_URL` (see [`amqp_url`](crate::amqp_url)), shared with other
+    /// tests: scenarios use unique names and remember what they declare.
+    RabbitMq,
+    /// The Redis of `POLYQ_REDIS_URL` (see [`redis_url`](crate::redis_url)), shared likewise.
+    Redis,
+}
+
+impl Broker {
+    /// The URL a test connects to: a `memory://` broker no other test uses, or the RabbitMQ or
+    /// Redis URL after checking that the server can be reached.
+    ///
+    /// # Panics
+    /// When the server cannot be reached (see [`amqp_url`](crate::amqp_url),
+    /// [`redis_url`](crate::redis_url)).
+    pub fn url(self) -> String {
+        match self {
+            Self::Memory => format!("memory://{}", crate::unique_name("polyq-test")),
+            Self::RabbitMq => crate::amqp_url(),
+            Self::Redis => crate::redis_url(),
+        }
+    }
+}
+
+/// One test's broker: its URL, and what the test declared there and opened to it, removed and
+/// closed when the test ends, whether it passed or not.
+#[derive(Debug)]
+pub struct TestBroker {
+    url: String,
+    queues: Mutex<Vec<String>>,
+    exchanges: Mutex<Vec<String>>,
+    clients: Mutex<Vec<Client>>,
+}
+
+impl TestBroker {
+    /// A record for the broker at `url` with nothing declared yet.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            queues: Mutex::default(),
+            exchanges: Mutex::default(),
+            clients: Mutex::default(),
+        }
+    }
+
+    /// The broker's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A name no other test uses: `<what>.<random>`.
+    pub fn name(&self, what: &str) -> String {
+        crate::unique_name(what)
+    }
+
+    /// Deletes the queue `name` when the test ends (a queue that no longer exists is fine), and
+    /// returns the name. On Redis: every key whose name contains it (what a binding keeps for
+    /// the queue beside its list).
+    pub fn remember_queue(&self, name: impl Into<String>) -> String {
+        let name = name.into();
+        lock(&self.queues).push(name.clone());
+        name
+    }
+
+    /// Deletes the exchange `name` when the test ends (one that no longer exists is fine), and
+    /// returns the name.
+    pub fn remember_exchange(&self, name: impl Into<String>) -> String {
+        let name = name.into();
+        lock(&self.exchanges).push(name.clone());
+        name
+    }
+
+    /// Closes `client` when the test ends, before the declared names are removed (exclusive
+    /// queues go with their connection).
+    pub fn close_at_end(&self, client: Client) {
+        lock(&self.clients).push(client);
+    }
+
+    /// A new AMQP connection to the broker (`memory://` or RabbitMQ), closed when the test ends.
+    ///
+    /// # Panics
+    /// When the broker refuses the connection.
+    pub async fn connect(&self) -> Client {
+        let client = Client::connect(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", polyq_amqp::redact_url(&self.url)));
+        self.close_at_end(client.clone());
+        client
+    }
+
+    /// Closes the remembered clients, then deletes the remembered queues and exchanges over a
+    /// connection of its own.
+    ///
+    /// # Panics
+    /// When a client does not close, or the broker refuses a deletion for another reason than
+    /// the object being gone already: the next run would find it.
+    pub async fn clean_up(&self) {
+        let clients = std::mem::take(&mut *lock(&self.clients));
+        for client in clients {
+            client.close().await.expect("close a client of the test");
+        }
+        let queues = std::mem::take(&mut *lock(&self.queues));
+        let exchanges = std::mem::take(&mut *lock(&self.exchanges));
+        if self.url.starts_with("redis") {
+            for queue in queues {
+                delete_redis_keys(&self.url, &queue).await;
+            }
+            return;
+        }
+        if queues.is_empty() && exchanges.is_empty() {
+            return;
+        }
+        let cleaner = Client::connect(&self.url)
+            .await
+            .expect("connect to clean up");
+        for queue in queues {
+            match cleaner.delete_queue(&queue).await {
+                Ok(_) | Err(polyq_amqp::Error::NotFound { .. }) => {}
+                Err(e) => panic!("delete queue {queue}: {e}"),
+            }
+        }
+        for exchange in exchanges {
+            match cleaner.delete_exchange(&exchange).await {
+                Ok(()) | Err(polyq_amqp::Error::NotFound { .. }) => {}
+                Err(e) => panic!("delete exchange {exchange}: {e}"),
+            }
+        }
+        cleaner.close().await.expect("close the cleaning client");
+    }
+}
+
+/// Deletes every key of the Redis server at `url` whose name contains `name`: what a scenario
+/// left behind for its queue `name`.
+///
+/// # Panics
+/// When the server cannot be reached or refuses the commands.
+pub async fn delete_redis_keys(url: &str, name: &str) {
+    let shown = polyq_amqp::redact_url(url);
+    let client = redis::Client::open(url).unwrap_or_else(|e| panic!("Redis at {shown}: {e}"));
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("connect to Redis at {shown} to clean up: {e}"));
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{name}*"))
+        .query_async(&mut connection)
+        .await
+        .unwrap_or_else(|e| panic!("list the keys of {name}: {e}"));
+    if !keys.is_empty() {
+        let () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut connection)
+            .await
+            .unwrap_or_else(|e| panic!("delete the keys of {name}: {e}"));
+    }
+}
+
+/// A scenario's cleanup must run after a failed assertion too, so a lock poisoned by one is
+/// still used.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a scenario is given: built on one test's broker, torn down after the scenario however
+/// it ended.
+pub trait Fixture: Sized + Sync + 'static {
+    /// Builds the fixture on `broker` (connects, declares what every scenario needs).
+    fn set_up(broker: TestBroker) -> impl Future<Output = Self>;
+
+    /// The broker record whose names are removed at the end.
+    fn broker(&self) -> &TestBroker;
+
+    /// Closes what [`set_up`](Self::set_up) opened outside the broker record; runs before the
+    /// record is cleaned up.
+    fn tear_down(&self) -> impl Future<Output = ()> {
+        async {}
+    }
+}
+
+impl Fixture for TestBroker {
+    async fn set_up(broker: TestBroker) -> Self {
+        broker
+    }
+
+    fn broker(&self) -> &TestBroker {
+        self
+    }
+}
+
+/// Runs `scenario` on `broker` with a fixture of its own, then tears the fixture down and removes
+/// what the scenario declared, also when the scenario panicked; the panic then fails the test.
+///
+/// The fixture lives for the rest of the test process, so that handlers and spawned tasks may
+/// borrow it: one small value per test.
+pub async fn run<Fx, F, Fut>(broker: Broker, scenario: F)
+where
+    Fx: Fixture,
+    F: FnOnce(&'static Fx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let fixture: &'static Fx = Box::leak(Box::new(Fx::set_up(TestBroker::new(broker.url())).await));
+    let outcome = AssertUnwindSafe(scenario(fixture)).catch_unwind().await;
+    fixture.tear_down().await;
+    fixture.broker().clean_up().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Makes, for each scenario `async fn name(fixture: &'static F)` (any [`Fixture`] `F`), the tests
+/// `name::memory` and `name::rabbitmq` (and `name::redis` when asked), each running it through
+/// [`run`](crate::brokers::run).
+///
+/// - `both_brokers!(a, b)`: multi-threaded tokio tests (two workers, as handlers run beside the
+///   scenario).
+/// - `both_brokers!(#[tokio::test] a, b)`: the given test attribute instead.
+/// - `both_brokers!(#[tokio::test] rabbitmq if feature = "amqp"; a, b)`: the RabbitMQ tests only
+///   where the configuration predicate holds.
+/// - `both_brokers!(#[tokio::test] rabbitmq only; a, b)`: no embedded-broker test, for scenarios
+///   that need a real RabbitMQ (a peer in another language, say).
+/// - `both_brokers!(#[tokio::test] and redis if feature = "redis"; a, b)`: a Redis test as
+///   well, where the predicate holds, for scenarios that run on any BabelQueue binding.
+#[macro_export]
+macro_rules! both_brokers {
+    (@each #[$test:meta] $memory:tt $rabbitmq:tt $redis:tt $($scenario:ident),+) => {$(
+        mod $scenario {
+            #$memory
+            #[$test]
+            async fn memory() {
+                $crate::brokers::run($crate::brokers::Broker::Memory, super::$scenario).await;
+            }
+
+            #$rabbitmq
+            #[$test]
+            async fn rabbitmq() {
+                $crate::brokers::run($crate::brokers::Broker::RabbitMq, super::$scenario).await;
+            }
+
+            #$redis
+            #[$test]
+            async fn redis() {
+                $crate::brokers::run($crate::brokers::Broker::Redis, super::$scenario).await;
+            }
+        }
+    )+};
+    (#[$test:meta] rabbitmq if $cfg:meta; $($scenario:ident),+ $(,)?) => {
+        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg($cfg)] [cfg(any())] $($scenario),+);
+    };
+    (#[$test:meta] rabbitmq only; $($scenario:ident),+ $(,)?) => {
+        $crate::both_brokers!(@each #[$test] [cfg(any())] [cfg(all())] [cfg(any())] $($scenario),+);
+    };
+    (#[$test:meta] and redis if $cfg:meta; $($scenario:ident),+ $(,)?) => {
+        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg(all())] [cfg($cfg)] $($scenario),+);
+    };
+    (#[$test:meta] $($scenario:ident),+ $(,)?) => {
+        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg(all())] [cfg(any())] $($scenario),+);
+    };
+    ($($scenario:ident),+ $(,)?) => {
+        $crate::both_brokers!(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)] $($scenario),+
+        );
+    };
+}
