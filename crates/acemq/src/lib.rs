@@ -49,7 +49,9 @@
 //!   carried JSON slip).
 //! - [`provenance`]: the origin a publisher stamps.
 //!
-//! Beside them, [`inspect`] (`inspect.rs`, pure as well) maps a message to the operator's view,
+//! Beside them, pure as well: [`doctor`] (`doctor.rs`) judges a message's reserved headers and a
+//! source queue's topology against the contract, as `polyq doctor` reports them; [`inspect`]
+//! (`inspect.rs`) maps a message to the operator's view,
 //! the envelope and decoded payload beside the wire message, and envelope fields back to a wire
 //! message, as `polyq acemq decode`, `encode` and `peek` print them.
 //!
@@ -116,7 +118,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod contract;
+pub mod doctor;
 mod error;
+pub mod idempotency;
 pub mod inspect;
 pub mod patterns;
 mod runtime;

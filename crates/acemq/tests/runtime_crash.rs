@@ -7,13 +7,10 @@
 
 mod common;
 
-use std::process::Stdio;
-
 use acemq::{AceMq, Message};
 use common::LIMIT;
 use futures_util::StreamExt;
 use polyq_amqp::{ConsumeOptions, QueueSpec};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const QUEUE_VAR: &str = "ACEMQ_CRASH_TEST_QUEUE";
 const STARTED: &str = "handler started: ";
@@ -33,24 +30,8 @@ async fn kill_9_mid_handler_loses_nothing() {
         .await
         .unwrap();
 
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "child_consumer", "--nocapture"])
-        .env(QUEUE_VAR, &queue)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the test binary runs again as the consumer");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let handled = tokio::time::timeout(LIMIT, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(id) = line.strip_prefix(STARTED) {
-                return id.to_owned();
-            }
-        }
-        panic!("the consumer process ended before its handler started");
-    })
-    .await
-    .expect("the consumer process handled the message in time");
+    let (mut child, handled) =
+        common::spawn_child_consumer(&[(QUEUE_VAR, queue.as_str())], STARTED).await;
     assert_eq!(handled, sent.id());
 
     child.start_kill().expect("SIGKILL");

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::idempotency::{Effect, IdempotencyStore, InMemoryStore, run_once};
+use crate::idempotency::{Effect, Idempotency, InMemoryClaimingStore, InMemoryStore, Refusal};
 use crate::projection::{self, AsbValue, SchemaGate};
 use crate::{DeadLetterInfo, Envelope, MakeOptions, Verdict};
 
@@ -22,15 +22,24 @@ use crate::{DeadLetterInfo, Envelope, MakeOptions, Verdict};
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Options {
-    /// Redis URL for the `redis` section (a case fails when it is missing or unreachable).
-    /// Default: none.
+    /// Redis URL for the `redis` section (a case fails when it is missing or unreachable), and
+    /// for running the `idempotency` sequences against the Redis stores too. Default: none.
     pub redis_url: Option<String>,
+    /// PostgreSQL URL for running the `idempotency` sequences against the PostgreSQL stores too
+    /// (each case on a table of its own, dropped afterwards). Default: none.
+    pub postgres_url: Option<String>,
 }
 
 impl Options {
     /// Sets the Redis URL of the `redis` section.
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
         self.redis_url = Some(url.into());
+        self
+    }
+
+    /// Sets the PostgreSQL URL of the `idempotency` stores.
+    pub fn postgres_url(mut self, url: impl Into<String>) -> Self {
+        self.postgres_url = Some(url.into());
         self
     }
 }
@@ -328,9 +337,18 @@ impl Runner<'_> {
             self.record("idempotency/dedup_key", outcome);
         }
         match body.get("sequences") {
-            Some(sequences) => self.each("idempotency/sequences", sequences, |_, case| {
-                idempotency_sequence(case)
-            }),
+            Some(sequences) => {
+                for store in SequenceStore::each(self.options) {
+                    let prefix = match store {
+                        SequenceStore::Memory => "idempotency/sequences".to_owned(),
+                        other => format!("idempotency/{}", other.label()),
+                    };
+                    let options = self.options;
+                    self.each(&prefix, sequences, |_, case| {
+                        idempotency_sequence(store, options, case)
+                    });
+                }
+            }
             None => self.record("idempotency/sequences", Err("no \"sequences\"".to_owned())),
         }
         for key in body.as_object().into_iter().flat_map(Map::keys) {
@@ -592,46 +610,247 @@ fn check_dead_letter(block: &DeadLetterInfo, expected: &Value) -> Check {
     Ok(())
 }
 
-fn idempotency_sequence(case: &Value) -> Check {
-    let store = InMemoryStore::new();
-    let mut effects = 0_i64;
-    for (step, delivery) in field(case, "deliveries")?
+/// A store the `idempotency` sequences run against: the in-memory ones always, the Redis and
+/// PostgreSQL ones when the options name a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SequenceStore {
+    Memory,
+    MemoryClaiming,
+    Redis,
+    RedisClaiming,
+    Postgres,
+    PostgresClaiming,
+}
+
+impl SequenceStore {
+    fn each(options: &Options) -> Vec<Self> {
+        let mut stores = vec![Self::Memory, Self::MemoryClaiming];
+        if options.redis_url.is_some() {
+            stores.extend([Self::Redis, Self::RedisClaiming]);
+        }
+        if options.postgres_url.is_some() {
+            stores.extend([Self::Postgres, Self::PostgresClaiming]);
+        }
+        stores
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::MemoryClaiming => "memory-claiming",
+            Self::Redis => "redis",
+            Self::RedisClaiming => "redis-claiming",
+            Self::Postgres => "postgres",
+            Self::PostgresClaiming => "postgres-claiming",
+        }
+    }
+}
+
+/// Runs `future` to completion on a runtime of its own, on a thread of its own, so the
+/// synchronous runner works inside and outside an async caller alike.
+fn blocking<F: std::future::Future<Output = Check> + Send>(future: F) -> Check {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start a runtime: {e}"))?
+                    .block_on(future)
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the sequence panicked".to_owned()))
+    })
+}
+
+fn idempotency_sequence(store: SequenceStore, options: &Options, case: &Value) -> Check {
+    let deliveries = field(case, "deliveries")?
         .as_array()
-        .ok_or("\"deliveries\" is not an array")?
-        .iter()
-        .enumerate()
-    {
+        .ok_or("\"deliveries\" is not an array")?;
+    let expected = int_field(case, "expected_effects")?;
+    blocking(async move {
+        // A fresh namespace per case: the fixtures' ids are shared by every case and every run.
+        let scope = uuid::Uuid::new_v4().simple().to_string();
+        let opened = open_sequence_store(store, options, &scope).await?;
+        let replayed = replay_sequence(&opened, deliveries, expected).await;
+        let closed = opened.close(deliveries).await;
+        replayed.and(closed)
+    })
+}
+
+async fn replay_sequence(guard: &Opened, deliveries: &[Value], expected: i64) -> Check {
+    let mut effects = 0_i64;
+    for (step, delivery) in deliveries.iter().enumerate() {
         let id = str_field(delivery, "meta_id")?;
         if delivery.get("forget_before") == Some(&Value::Bool(true)) {
-            store.forget(id).map_err(|e| e.to_string())?;
+            guard.forget(id).await.map_err(|e| e.to_string())?;
         }
         let fails = delivery.get("outcome").and_then(Value::as_str) == Some("throw");
-        let result = run_once(&store, Some(id), || {
-            if fails {
-                Err(Error::Store("handler threw".into()))
-            } else {
-                Ok(())
-            }
-        });
+        let result = guard
+            .option
+            .run(Some(id), async {
+                if fails { Err("handler threw") } else { Ok(()) }
+            })
+            .await;
         // A run is an effect whether the handler then succeeds or throws.
         let effect = match result {
-            Ok(Effect::Ran(())) => "run",
+            Ok(Effect::Ran(())) | Err(Refusal::Handler(_)) => "run",
             Ok(Effect::Skipped) => "skip",
-            Err(_) if fails => "run",
-            Err(e) => return Err(e.to_string()),
+            Err(Refusal::Store(e)) => return Err(e.to_string()),
         };
         if effect == "run" {
             effects += 1;
         }
-        let expected = str_field(delivery, "expect_effect")?;
-        ensure(effect == expected, || {
-            format!("delivery {}: {effect}, expected {expected}", step + 1)
+        let want = str_field(delivery, "expect_effect")?;
+        ensure(effect == want, || {
+            format!("delivery {}: {effect}, expected {want}", step + 1)
         })?;
     }
-    let expected = int_field(case, "expected_effects")?;
     ensure(effects == expected, || {
         format!("{effects} effects, expected {expected}")
     })
+}
+
+/// One opened store: the worker option over it, a way to forget an id, and what to clean up.
+struct Opened {
+    option: Idempotency,
+    forget: std::sync::Arc<dyn crate::idempotency::IdempotencyStore>,
+    #[cfg(feature = "postgres")]
+    table: Option<(sqlx::PgPool, String)>,
+}
+
+impl Opened {
+    fn claiming<S: crate::idempotency::ClaimingStore + 'static>(store: S) -> Self {
+        let store = std::sync::Arc::new(store);
+        Self {
+            option: Idempotency::claiming(store.clone()),
+            forget: store,
+            #[cfg(feature = "postgres")]
+            table: None,
+        }
+    }
+
+    fn seen_set<S: crate::idempotency::IdempotencyStore + 'static>(store: S) -> Self {
+        let store = std::sync::Arc::new(store);
+        Self {
+            option: Idempotency::seen_set(store.clone()),
+            forget: store,
+            #[cfg(feature = "postgres")]
+            table: None,
+        }
+    }
+
+    async fn forget(&self, id: &str) -> Result<()> {
+        self.forget.forget(id).await
+    }
+
+    /// Removes what the case left: its ids, or its table.
+    async fn close(self, deliveries: &[Value]) -> Check {
+        #[cfg(feature = "postgres")]
+        if let Some((pool, table)) = &self.table {
+            return sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
+                .execute(pool)
+                .await
+                .map(drop)
+                .map_err(|e| format!("cannot drop {table}: {e}"));
+        }
+        for id in deliveries.iter().filter_map(|d| d.get("meta_id")?.as_str()) {
+            self.forget(id).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+async fn open_sequence_store(
+    store: SequenceStore,
+    options: &Options,
+    scope: &str,
+) -> std::result::Result<Opened, String> {
+    Ok(match store {
+        SequenceStore::Memory => Opened::seen_set(InMemoryStore::new()),
+        SequenceStore::MemoryClaiming => Opened::claiming(InMemoryClaimingStore::new()),
+        SequenceStore::Redis | SequenceStore::RedisClaiming => {
+            open_redis(
+                store,
+                options.redis_url.as_deref().unwrap_or_default(),
+                scope,
+            )
+            .await?
+        }
+        SequenceStore::Postgres | SequenceStore::PostgresClaiming => {
+            open_postgres(
+                store,
+                options.postgres_url.as_deref().unwrap_or_default(),
+                scope,
+            )
+            .await?
+        }
+    })
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(
+    store: SequenceStore,
+    url: &str,
+    scope: &str,
+) -> std::result::Result<Opened, String> {
+    use crate::idempotency::{RedisClaimingStore, RedisStore};
+    let shown = polyq_amqp::redact_url(url);
+    let fail = |e: Error| format!("Redis at {shown}: {}", polyq_amqp::error_chain(&e));
+    Ok(if store == SequenceStore::Redis {
+        let prefix = format!("{}conformance:{scope}:", RedisStore::DEFAULT_PREFIX);
+        Opened::seen_set(
+            RedisStore::connect(url)
+                .await
+                .map_err(fail)?
+                .prefix(prefix)
+                .map_err(fail)?,
+        )
+    } else {
+        let prefix = format!("{}conformance:{scope}:", RedisClaimingStore::DEFAULT_PREFIX);
+        let store = RedisClaimingStore::connect(url).await.map_err(fail)?;
+        Opened::claiming(store.prefix(prefix).map_err(fail)?)
+    })
+}
+
+#[cfg(not(feature = "redis"))]
+async fn open_redis(_: SequenceStore, _: &str, _: &str) -> std::result::Result<Opened, String> {
+    Err("this build has no Redis stores (feature `redis`)".to_owned())
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    store: SequenceStore,
+    url: &str,
+    scope: &str,
+) -> std::result::Result<Opened, String> {
+    use crate::idempotency::{PostgresClaimingStore, PostgresStore};
+    let shown = polyq_amqp::redact_url(url);
+    let fail = |e: Error| format!("PostgreSQL at {shown}: {}", polyq_amqp::error_chain(&e));
+    let pool = sqlx::PgPool::connect(url)
+        .await
+        .map_err(|e| format!("PostgreSQL at {shown}: {e}"))?;
+    let table = format!("bq_idempotency_conformance_{scope}");
+    let mut opened = if store == SequenceStore::Postgres {
+        let store = PostgresStore::new(pool.clone())
+            .table(&table)
+            .map_err(fail)?;
+        store.migrate().await.map_err(fail)?;
+        Opened::seen_set(store)
+    } else {
+        let store = PostgresClaimingStore::new(pool.clone())
+            .table(&table)
+            .map_err(fail)?;
+        store.migrate().await.map_err(fail)?;
+        Opened::claiming(store)
+    };
+    opened.table = Some((pool, table));
+    Ok(opened)
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_: SequenceStore, _: &str, _: &str) -> std::result::Result<Opened, String> {
+    Err("this build has no PostgreSQL stores (feature `postgres`)".to_owned())
 }
 
 fn optional_int(case: &Value, key: &str) -> std::result::Result<Option<i64>, String> {

@@ -92,6 +92,18 @@ pub enum Error {
     /// An idempotency store failed; the message should be retried.
     #[error("idempotency store: {0}")]
     Store(String),
+    /// An idempotency store did not answer (unreachable, timed out, or a query failed); the
+    /// message is handed back and tried again once the store answers.
+    #[error("idempotency store {store} could not {operation}; check that it is reachable")]
+    StoreFailed {
+        /// Which store (`redis`, `postgres`, or the name a custom store gives).
+        store: &'static str,
+        /// What it was asked to do (`look up a message id`, `claim a message id`, ...).
+        operation: &'static str,
+        /// The client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A conformance manifest or fixture could not be read or is malformed.
     #[error("conformance suite {path}: {message}")]
     Suite {
@@ -192,7 +204,7 @@ impl Error {
         match self {
             Error::Amqp(error) => error.is_transient(),
             Error::Redis { kind, .. } => *kind == RedisErrorKind::Connection,
-            Error::NotPublished { .. } | Error::Store(_) => true,
+            Error::NotPublished { .. } | Error::Store(_) | Error::StoreFailed { .. } => true,
             Error::Redrive { source, .. } => source.is_transient(),
             _ => false,
         }
@@ -298,6 +310,19 @@ mod tests {
         };
         assert!(nacked.is_transient() && !nacked.is_connection());
         assert!(Error::Store("connection refused".to_owned()).is_transient());
+    }
+
+    #[test]
+    fn a_store_that_did_not_answer_is_transient_and_names_its_cause_once() {
+        let error = Error::StoreFailed {
+            store: "postgres",
+            operation: "look up a message id",
+            source: Box::new(std::io::Error::other("connection refused")),
+        };
+        assert!(error.is_transient());
+        let chain = polyq_amqp::error_chain(&error).to_string();
+        assert_eq!(chain.matches("connection refused").count(), 1, "{chain}");
+        assert!(chain.starts_with("idempotency store postgres could not look up a message id"));
     }
 
     #[test]

@@ -48,7 +48,10 @@
 //!   gates.
 //! - [`inspect`]: the operator's view of a job, the consumer verdict beside the envelope and
 //!   its `dead_letter` block, as `polyq babel decode` prints it.
-//! - The optional helpers: [`idempotency`] (dedupe on `meta.id`), [`schema`] (payload schemas
+//! - [`doctor`]: a stored job and a queue's keys judged against the contract, as `polyq doctor`
+//!   reports them.
+//! - The optional helpers: [`idempotency`] (dedupe on `meta.id`, a worker option, with
+//!   in-memory, Redis and PostgreSQL stores), [`schema`] (payload schemas
 //!   per URN), [`urn`] (the recommended URN form, a lint).
 //!
 //! ## The transports: where bytes meet each broker
@@ -101,6 +104,7 @@ mod client;
 mod codec;
 pub mod conformance;
 pub mod dead_letter;
+pub mod doctor;
 mod error;
 pub mod idempotency;
 pub mod inspect;

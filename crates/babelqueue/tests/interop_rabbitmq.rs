@@ -3,8 +3,6 @@
 
 mod runtime_support;
 
-use std::path::PathBuf;
-
 use babelqueue::MakeOptions;
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::worker::Job;
@@ -16,36 +14,9 @@ use serde_json::{Value, json};
 const URN: &str = "urn:babel:orders:created";
 const TRACE: &str = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b";
 
-fn python() -> String {
-    std::env::var("POLYQ_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "POLYQ_PYTHON is not set: run scripts/test (which sets it), or scripts/python-peer and \
-             export POLYQ_PYTHON=$PWD/.venv/bin/python"
-        )
-    })
-}
-
 /// Runs one command of tests/python/runtime_peer.py and returns its JSON answer.
 async fn peer(command: &str, args: Value) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/runtime_peer.py");
-    let output = tokio::process::Command::new(python())
-        .arg(script)
-        .arg(command)
-        .arg(args.to_string())
-        .output()
-        .await
-        .unwrap_or_else(|error| panic!("cannot run the Python peer: {error}"));
-    assert!(
-        output.status.success(),
-        "Python peer `{command}` failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!(
-            "Python peer `{command}` printed no JSON ({error}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
+    runtime_support::python_peer("runtime_peer.py", command, args).await
 }
 
 /// A scene on the test's RabbitMQ, and the URL the Python peer connects to.

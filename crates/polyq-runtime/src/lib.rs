@@ -13,6 +13,7 @@
 //!   [`Shutdown::on_signals`] for SIGINT and SIGTERM.
 //! - [`Fingerprint`] and [`group`]: an error with its values taken out, and failures gathered
 //!   by it, so the dead-letter tools of both families group alike.
+//! - [`Finding`] and [`Severity`]: what the contract doctors of both families report.
 //! - [`BoxError`]: the error an interceptor or handler returns when its type does not matter.
 //!
 //! Both crates re-export what their APIs take (`babelqueue::worker::Shutdown`,
@@ -36,11 +37,13 @@
 //! ```
 
 mod chain;
+mod finding;
 mod fingerprint;
 mod panic;
 mod shutdown;
 
 pub use chain::{Before, InterceptorChain, Refusal};
+pub use finding::{Finding, Severity};
 pub use fingerprint::{Fingerprint, Group, group};
 pub use panic::{Panic, catch_panic, catch_panic_sync, panic_message};
 pub use shutdown::Shutdown;

@@ -6,4 +6,5 @@ pub(crate) mod bench;
 pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod dlq;
+pub(crate) mod doctor;
 pub(crate) mod payload;

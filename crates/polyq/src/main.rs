@@ -37,6 +37,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::dlq::Command,
     },
+    /// Lints queues against both contracts without consuming them; exit status 1 on an error.
+    Doctor(cli::doctor::Doctor),
     /// Benchmarks measured side by side against the raw client in one run.
     Bench {
         #[command(subcommand)]
@@ -85,6 +87,7 @@ async fn main() -> ExitCode {
         Command::Bench { command } => cli::bench::run(command).await,
         Command::Demo(demo) => cli::demo::run(demo).await,
         Command::Dlq { command } => cli::dlq::run(command).await,
+        Command::Doctor(doctor) => cli::doctor::run(doctor).await,
     };
     match outcome {
         Ok(code) => code,

@@ -337,7 +337,7 @@ impl SourceQueue {
         &self.name
     }
 
-    fn spec(&self) -> Result<QueueSpec> {
+    pub(crate) fn spec(&self) -> Result<QueueSpec> {
         let mut refused: Vec<&str> = vec![QUEUE_TYPE_ARGUMENT];
         if self.dead_letter {
             refused.extend(["x-dead-letter-exchange", "x-dead-letter-routing-key"]);

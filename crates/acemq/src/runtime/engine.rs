@@ -187,6 +187,18 @@ impl Engine {
         ConsumeResult::Failed
     }
 
+    /// Republishes the held delivery to its own queue with its properties unchanged (the
+    /// attempt too), then acknowledges it, reporting `result`: for a message that is to come
+    /// back later without consuming an attempt.
+    pub(crate) async fn republish_unchanged(
+        &self,
+        held: &Held,
+        result: ConsumeResult,
+    ) -> ConsumeResult {
+        self.land(held, &self.queue, held.properties.clone(), result, None)
+            .await
+    }
+
     async fn set_aside(
         &self,
         held: &Held,

@@ -26,11 +26,16 @@ pub const CONSUME_DURATION: &str = "acemq.consume.duration";
 /// Deliveries that ended otherwise are on [`POLYQ_CONSUME_TOTAL`].
 pub const CONSUME_TOTAL: &str = "acemq.consume.total";
 /// polyq's own: deliveries that ended in an outcome the reference's consume meters do not
-/// have, by outcome `parked` (a handler park, or an undecodable body, into `.parked`) or
-/// `failed` (given back to the broker at a drain deadline).
+/// have, by outcome `parked` (a handler park, or an undecodable body, into `.parked`),
+/// `failed` (given back to the broker at a drain deadline) or `in_progress` (an idempotent
+/// consumer found another instance's live claim and republished the message unchanged).
 pub const POLYQ_CONSUME_TOTAL: &str = "polyq.acemq.consume.total";
 /// polyq's own: handling time of the deliveries counted by [`POLYQ_CONSUME_TOTAL`], by outcome.
 pub const POLYQ_CONSUME_DURATION: &str = "polyq.acemq.consume.duration";
+/// polyq's own (the reference names no idempotency meter): claims of an idempotent consumer,
+/// by `queue` and outcome `claimed`, `duplicate` (already confirmed: acknowledged, handler not
+/// run), `in_progress` (another instance's live lease) or `unavailable` (the store failed).
+pub const POLYQ_IDEMPOTENCY_TOTAL: &str = "polyq.acemq.idempotency.total";
 /// The attempt number of each handled delivery.
 pub const CONSUME_ATTEMPTS: &str = "acemq.consume.attempts";
 /// Deliveries being handled now.
@@ -216,6 +221,8 @@ pub(crate) enum ConsumeResult {
     /// The delivery went back to the broker: the drain deadline interrupted its handler, its
     /// retry wait, or a move that had not landed yet.
     Failed,
+    /// Another instance holds a live idempotency claim: republished unchanged for later.
+    InProgress,
 }
 
 impl ConsumeResult {
@@ -227,6 +234,7 @@ impl ConsumeResult {
             ConsumeResult::Rejected => "rejected",
             ConsumeResult::Parked => "parked",
             ConsumeResult::Failed => "failed",
+            ConsumeResult::InProgress => "in_progress",
         }
     }
 }
@@ -240,14 +248,18 @@ const REFERENCE_RESULTS: [ConsumeResult; 4] = [
 ];
 
 /// The outcomes only polyq has, on `polyq.acemq.consume.*`.
-const POLYQ_RESULTS: [ConsumeResult; 2] = [ConsumeResult::Parked, ConsumeResult::Failed];
+const POLYQ_RESULTS: [ConsumeResult; 3] = [
+    ConsumeResult::Parked,
+    ConsumeResult::Failed,
+    ConsumeResult::InProgress,
+];
 
 /// One consumer's meters.
 pub(crate) struct ConsumeMetrics {
     queue: String,
     transport: &'static str,
     reference: OutcomeMeters<4>,
-    polyq: OutcomeMeters<2>,
+    polyq: OutcomeMeters<3>,
     attempts: Histogram,
     in_flight: Gauge,
     retried: Counter,
@@ -310,7 +322,7 @@ impl ConsumeMetrics {
                 self.dead_lettered.increment(1)
             }
             ConsumeResult::Parked => self.parked.increment(1),
-            ConsumeResult::Acked | ConsumeResult::Failed => {}
+            ConsumeResult::Acked | ConsumeResult::Failed | ConsumeResult::InProgress => {}
         }
     }
 

@@ -121,3 +121,32 @@ impl Env {
             .message_count
     }
 }
+
+/// Runs this test binary again as its ignored test `child_consumer`, with `env`, and waits (up
+/// to [`LIMIT`]) for the child to print a line starting with `started`, returning the child
+/// (killed when dropped) and the rest of that line.
+pub async fn spawn_child_consumer(
+    env: &[(&str, &str)],
+    started: &str,
+) -> (tokio::process::Child, String) {
+    use tokio::io::{AsyncBufReadExt as _, BufReader};
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "child_consumer", "--nocapture"])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the test binary runs again as the consumer");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let rest = tokio::time::timeout(LIMIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.strip_prefix(started) {
+                return rest.to_owned();
+            }
+        }
+        panic!("the consumer process ended before its handler started");
+    })
+    .await
+    .expect("the consumer process started handling the message in time");
+    (child, rest)
+}

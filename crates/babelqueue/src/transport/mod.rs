@@ -44,6 +44,16 @@ pub struct Reserved<R> {
     pub receipt: R,
 }
 
+/// The dead-letter queue of `queue` on a binding that does not name it otherwise:
+/// `<queue>.dlq`.
+///
+/// ```
+/// assert_eq!(babelqueue::transport::default_dead_letter_queue("jobs"), "jobs.dlq");
+/// ```
+pub fn default_dead_letter_queue(queue: &str) -> String {
+    format!("{queue}.dlq")
+}
+
 /// A broker binding. Every method that settles a reservation leaves it unsettled when it fails,
 /// so the message comes back rather than being lost.
 pub trait Transport: Send + Sync + 'static {
@@ -120,7 +130,7 @@ pub trait Transport: Send + Sync + 'static {
     /// (the Redis bindings' [`dlq_suffix`](redis::RedisOptions::dlq_suffix)). Default
     /// `<queue>.dlq`.
     fn dead_letter_queue(&self, queue: &str) -> String {
-        format!("{queue}.dlq")
+        default_dead_letter_queue(queue)
     }
 
     /// Writes `body` to the dead-letter queue `dlq`, then settles the reservation.

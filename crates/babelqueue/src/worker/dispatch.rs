@@ -156,6 +156,20 @@ impl<T: Transport> Context<T> {
                 }
                 (Outcome::Succeeded, JobResult::Succeeded)
             }
+            Err(failure) if failure.hand_back => {
+                warn!(queue = %self.queue, urn, error = %failure.message, "the idempotency store did not answer: the message goes back unchanged, no attempt counted");
+                let outcome = self
+                    .release(receipt, self.settings.redelivery_pause, shutdown)
+                    .await;
+                let next = AfterFailure::HandedBack;
+                (
+                    outcome,
+                    JobResult::Failed {
+                        error: failure.message,
+                        next,
+                    },
+                )
+            }
             Err(failure) => {
                 let error = failure.message.clone();
                 let fault = Fault {
@@ -189,6 +203,7 @@ impl<T: Transport> Context<T> {
         let failure = Failure {
             message: format!("no handler is registered for URN {urn:?}"),
             exception: "UnknownUrn".to_owned(),
+            hand_back: false,
         };
         match self.settings.unknown_urn {
             UnknownUrn::Delete => {

@@ -6,7 +6,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use tracing::debug;
+
 use super::Job;
+use crate::idempotency::{Effect, Idempotency, Refusal};
 
 /// Why a handler failed, as the `dead_letter` block records it.
 #[derive(Debug, Clone)]
@@ -15,6 +18,9 @@ pub(crate) struct Failure {
     pub(crate) message: String,
     /// The error's type name (informational, like Go's `%T`).
     pub(crate) exception: String,
+    /// The handler did not run because the idempotency store could not decide: the message goes
+    /// back to the broker unchanged, no attempt counted.
+    pub(crate) hand_back: bool,
 }
 
 impl Failure {
@@ -23,6 +29,7 @@ impl Failure {
         Self {
             message: panic.into_message(),
             exception: "panic".to_owned(),
+            hand_back: false,
         }
     }
 }
@@ -58,6 +65,7 @@ where
                 Ok(Err(error)) => Err(Failure {
                     message: error.to_string(),
                     exception: std::any::type_name::<E>().to_owned(),
+                    hand_back: false,
                 }),
                 // One bad message must not take the worker down: a panic is a failure like any
                 // other, retried or dead-lettered.
@@ -67,10 +75,47 @@ where
     }
 }
 
-/// URN → handler, exact match, the last registration of a URN wins.
+/// Runs a handler under an idempotency option; the handler's future is only made once the store
+/// said to run it.
+struct Idempotent {
+    handler: Arc<dyn Handler>,
+    option: Idempotency,
+}
+
+impl Handler for Idempotent {
+    fn call(&self, job: Job) -> HandlerFuture {
+        let (handler, option) = (self.handler.clone(), self.option.clone());
+        Box::pin(async move {
+            let meta_id = job.meta().and_then(|meta| meta.id()).map(str::to_owned);
+            let queue = job.queue().to_owned();
+            match option
+                .run(meta_id.as_deref(), async move { handler.call(job).await })
+                .await
+            {
+                Ok(Effect::Ran(())) => Ok(()),
+                Ok(Effect::Skipped) => {
+                    debug!(%queue, "message id already processed: acknowledged without running the handler");
+                    Ok(())
+                }
+                Err(Refusal::Handler(failure)) => Err(failure),
+                Err(Refusal::Store(error)) => Err(Failure {
+                    message: polyq_amqp::error_chain(&error).to_string(),
+                    exception: "IdempotencyStore".to_owned(),
+                    hand_back: true,
+                }),
+            }
+        })
+    }
+}
+
+/// URN → handler, exact match, the last registration of a URN wins; each handler under the
+/// idempotency option of its URN, or else the one for every URN.
 #[derive(Clone, Default)]
 pub(crate) struct Registry {
     handlers: HashMap<String, Arc<dyn Handler>>,
+    unguarded: HashMap<String, Arc<dyn Handler>>,
+    every_urn: Option<Idempotency>,
+    per_urn: HashMap<String, Idempotency>,
 }
 
 impl Registry {
@@ -84,7 +129,40 @@ impl Registry {
             f,
             error: std::marker::PhantomData,
         };
-        self.handlers.insert(urn.into(), Arc::new(handler));
+        let urn = urn.into();
+        self.unguarded.insert(urn.clone(), Arc::new(handler));
+        self.guard(&urn);
+    }
+
+    /// Sets the idempotency option of `urn`, or of every URN without one of its own.
+    pub(crate) fn idempotent(&mut self, urn: Option<String>, option: Idempotency) {
+        match urn {
+            Some(urn) => {
+                self.per_urn.insert(urn.clone(), option);
+                self.guard(&urn);
+            }
+            None => {
+                self.every_urn = Some(option);
+                let urns: Vec<String> = self.unguarded.keys().cloned().collect();
+                for urn in urns {
+                    self.guard(&urn);
+                }
+            }
+        }
+    }
+
+    fn guard(&mut self, urn: &str) {
+        let Some(handler) = self.unguarded.get(urn).cloned() else {
+            return;
+        };
+        let handler = match self.per_urn.get(urn).or(self.every_urn.as_ref()) {
+            Some(option) => Arc::new(Idempotent {
+                handler,
+                option: option.clone(),
+            }),
+            None => handler,
+        };
+        self.handlers.insert(urn.to_owned(), handler);
     }
 
     pub(crate) fn get(&self, urn: &str) -> Option<&Arc<dyn Handler>> {
@@ -154,5 +232,54 @@ mod tests {
             (failure.message.as_str(), failure.exception.as_str()),
             ("boom", "panic")
         );
+    }
+
+    #[tokio::test]
+    async fn a_urn_s_own_idempotency_option_wins_over_the_one_for_all_whenever_set() {
+        use crate::idempotency::{IdempotencyStore, InMemoryStore};
+
+        let (every, own) = (
+            Arc::new(InMemoryStore::new()),
+            Arc::new(InMemoryStore::new()),
+        );
+        let mut registry = Registry::default();
+        registry.idempotent(Some("b".to_owned()), Idempotency::seen_set(own.clone()));
+        registry.insert("a", |_job: Job| async { Ok::<_, &str>(()) });
+        registry.insert("b", |_job: Job| async { Ok::<_, &str>(()) });
+        registry.insert("plain", |_job: Job| async { Ok::<_, &str>(()) });
+        registry.idempotent(None, Idempotency::seen_set(every.clone()));
+        let (a, b) = (job(), job());
+        let id = |job: &Job| job.meta().unwrap().id().unwrap().to_owned();
+        let (a_id, b_id) = (id(&a), id(&b));
+        registry.get("a").unwrap().call(a).await.unwrap();
+        registry.get("b").unwrap().call(b).await.unwrap();
+        assert!(every.seen(&a_id).await.unwrap() && !every.seen(&b_id).await.unwrap());
+        assert!(own.seen(&b_id).await.unwrap() && !own.seen(&a_id).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_answer_hands_the_job_back_without_running_it() {
+        use crate::idempotency::{IdempotencyStore, StoreFuture};
+
+        struct Down;
+        impl IdempotencyStore for Down {
+            fn seen<'a>(&'a self, _: &'a str) -> StoreFuture<'a, bool> {
+                Box::pin(async { Err(crate::Error::Store("down".into())) })
+            }
+            fn remember<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
+                Box::pin(async { Ok(()) })
+            }
+            fn forget<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
+                Box::pin(async { Ok(()) })
+            }
+        }
+        let mut registry = Registry::default();
+        registry.insert("a", |_job: Job| -> std::future::Ready<Result<(), &str>> {
+            panic!("the handler must not be called")
+        });
+        registry.idempotent(None, Idempotency::seen_set(Arc::new(Down)));
+        let failure = registry.get("a").unwrap().call(job()).await.unwrap_err();
+        assert!(failure.hand_back, "{failure:?}");
+        assert_eq!(failure.exception, "IdempotencyStore");
     }
 }

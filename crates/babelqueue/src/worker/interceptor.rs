@@ -185,6 +185,7 @@ impl Interceptors {
             Refusal::Refused { error, .. } => Failure {
                 message: error.to_string(),
                 exception: REFUSED.to_owned(),
+                hand_back: false,
             },
             Refusal::Panicked { interceptor, panic } => {
                 error!(queue = %job.job().queue(), interceptor, message = %panic, "an interceptor panicked before the handler; the job fails");

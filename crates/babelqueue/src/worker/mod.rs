@@ -47,6 +47,7 @@ pub use interceptor::{AfterFailure, JobContext, JobInterceptor, JobResult};
 pub use job::{Job, REPLAY_BYPASS_HEADER};
 pub use polyq_runtime::{BoxError, Shutdown};
 
+use crate::idempotency::Idempotency;
 use crate::transport::Transport;
 use crate::{Error, Result};
 use dispatch::{Context, Outcome};
@@ -252,6 +253,56 @@ impl<T: Transport> Worker<T> {
         self
     }
 
+    /// Dedupes the deliveries of every URN on `meta.id` (ADR-0022), except a URN given its own
+    /// option with [`Worker::idempotent_for`]. Default: none.
+    ///
+    /// An id already processed is acknowledged without running the handler; a failed handler
+    /// leaves its id unmarked, so retries and dead-lettering apply as without it; a message with
+    /// no `meta.id` runs. When the store cannot answer, or a claim stays with another consumer
+    /// past the wait, the message goes back to the broker unchanged after the redelivery pause,
+    /// no attempt counted (counted as released): it is never acknowledged or dropped for it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> babelqueue::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::time::Duration;
+    /// use babelqueue::{BabelQueue, MakeOptions};
+    /// use babelqueue::idempotency::{Idempotency, InMemoryStore};
+    ///
+    /// let queue = BabelQueue::builder("memory://doc-idempotent").queue("orders").connect().await?;
+    /// let order = babelqueue::make("urn:babel:orders:created", &serde_json::json!({}), MakeOptions::default())?;
+    /// queue.publish_envelope(&order, &[]).await?;
+    /// queue.publish_envelope(&order, &[]).await?; // the same meta.id again
+    ///
+    /// let runs = Arc::new(AtomicUsize::new(0));
+    /// let counted = runs.clone();
+    /// let report = queue
+    ///     .worker()
+    ///     .idempotent(Idempotency::seen_set(Arc::new(InMemoryStore::new())))
+    ///     .handle("urn:babel:orders:created", move |_job| {
+    ///         counted.fetch_add(1, Ordering::SeqCst);
+    ///         async { Ok::<_, babelqueue::Error>(()) }
+    ///     })
+    ///     .consume(2, Duration::from_millis(200))
+    ///     .await?;
+    /// assert_eq!((report.succeeded, runs.load(Ordering::SeqCst)), (2, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn idempotent(mut self, idempotency: Idempotency) -> Self {
+        self.registry.idempotent(None, idempotency);
+        self
+    }
+
+    /// Dedupes the deliveries of `urn` on `meta.id` with its own option, as
+    /// [`Worker::idempotent`] describes. Default: the option for every URN, if any.
+    pub fn idempotent_for(mut self, urn: impl Into<String>, idempotency: Idempotency) -> Self {
+        self.registry.idempotent(Some(urn.into()), idempotency);
+        self
+    }
+
     /// Adds an interceptor around every handled job: `before_handle` runs in the order added,
     /// `after_handle` in reverse. A refusing `before_handle` fails the job as a handler error
     /// would (retried below `max_attempts`, then dead-lettered with its error text); see
@@ -330,8 +381,8 @@ impl<T: Transport> Worker<T> {
     }
 
     /// Pause before a message whose settlement failed (an unwritable dead-letter queue, a
-    /// failed retry publish) is handed back to the broker (default 1 s), so a broken queue does
-    /// not become a busy loop.
+    /// failed retry publish), or whose idempotency store could not answer, is handed back to the
+    /// broker (default 1 s), so a broken queue or store does not become a busy loop.
     pub fn redelivery_pause(mut self, pause: Duration) -> Self {
         self.settings.redelivery_pause = pause;
         self

@@ -256,3 +256,47 @@ impl<T: Transport> Transport for Refusing<T> {
         self.inner.unsubscribe(queue).await
     }
 }
+
+/// The interpreter of the Python peer: `POLYQ_PYTHON`, which `scripts/test` sets up.
+pub fn python() -> String {
+    std::env::var("POLYQ_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "POLYQ_PYTHON is not set: run scripts/test (which sets it), or scripts/python-peer and \
+             export POLYQ_PYTHON=$PWD/.venv/bin/python"
+        )
+    })
+}
+
+/// Runs one command of `tests/python/<script>` with its JSON arguments and returns its JSON
+/// answer, waiting at most a minute.
+pub async fn python_peer(
+    script: &str,
+    command: &str,
+    args: serde_json::Value,
+) -> serde_json::Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(python())
+            .arg(script)
+            .arg(command)
+            .arg(args.to_string())
+            .output(),
+    )
+    .await
+    .expect("the Python peer finishes within a minute")
+    .unwrap_or_else(|error| panic!("cannot run the Python peer: {error}"));
+    assert!(
+        output.status.success(),
+        "Python peer `{command}` failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "Python peer `{command}` printed no JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::handler::{HandlerError, Message, Outcome};
+use super::idempotent::{Admission, Idempotency};
 use super::{BoxHandler, DrainReport};
 use crate::Envelope;
 use crate::contract::codec::Decoders;
@@ -30,6 +31,8 @@ pub(super) struct Worker<T> {
     pub(super) in_flight: Arc<AtomicUsize>,
     /// How to subscribe, on start and on each resume.
     pub(super) subscription: ConsumeOptions,
+    /// Set when the consumer is idempotent.
+    pub(super) idempotency: Option<Idempotency>,
     pub(super) engine: Engine,
 }
 
@@ -248,18 +251,44 @@ impl<T: Send + 'static> Worker<T> {
             redelivered,
             reply_to,
         };
-        let run = self
-            .run_handler(message, &envelope)
-            .instrument(span.clone());
-        let verdict = tokio::select! {
-            verdict = run => verdict,
-            () = self.engine.abort.cancelled() => {
-                let result = self.engine.give_back(&held, &self.queue, "drain deadline reached while the handler ran").await;
-                telemetry::record_outcome(&span, result.as_str());
-                metrics.finished(result, started.elapsed().as_secs_f64());
-                return Ended::Interrupted;
+        let mut claimed = None;
+        let mut store_failed = None;
+        if let Some(idempotency) = &self.idempotency {
+            match idempotency.admit(&self.engine, &held, &envelope).await {
+                Admission::Run(key) => claimed = Some((idempotency, key)),
+                Admission::Settled(result) => {
+                    telemetry::record_outcome(&span, result.as_str());
+                    metrics.finished(result, started.elapsed().as_secs_f64());
+                    return Ended::after(result);
+                }
+                // Without a claim the handler must not run; the delivery fails as its error would.
+                Admission::Failed(error) => store_failed = Some(error),
+            }
+        }
+        let verdict = match store_failed {
+            Some(error) => Verdict::Handled(Outcome::Retry(error)),
+            None => {
+                let run = self
+                    .run_handler(message, &envelope)
+                    .instrument(span.clone());
+                tokio::select! {
+                    verdict = run => verdict,
+                    () = self.engine.abort.cancelled() => {
+                        if let Some((idempotency, key)) = &claimed {
+                            idempotency.finish(&self.queue, key, false).await;
+                        }
+                        let result = self.engine.give_back(&held, &self.queue, "drain deadline reached while the handler ran").await;
+                        telemetry::record_outcome(&span, result.as_str());
+                        metrics.finished(result, started.elapsed().as_secs_f64());
+                        return Ended::Interrupted;
+                    }
+                }
             }
         };
+        if let Some((idempotency, key)) = &claimed {
+            let succeeded = matches!(verdict, Verdict::Handled(Outcome::Accept));
+            idempotency.finish(&self.queue, key, succeeded).await;
+        }
         let engine = &self.engine;
         let result = match verdict {
             Verdict::Handled(Outcome::Accept) => engine.settle(&held, ConsumeResult::Acked).await,

@@ -14,6 +14,7 @@
 
 mod dispatch;
 mod handler;
+mod idempotent;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crate::contract::codec::{Decode, Decoders};
 use crate::contract::retry::RetryPolicy;
 use crate::contract::topology::TopologyPlan;
 use crate::error::RuntimeError;
+use crate::idempotency::{IdempotencyStore, KeyFn};
 use crate::runtime::connection::AceMq;
 use crate::runtime::engine::Engine;
 use crate::runtime::telemetry::ConsumeMetrics;
@@ -93,6 +95,8 @@ pub struct ConsumerBuilder<T> {
     concurrency: usize,
     declare: bool,
     decoders: Decoders<T>,
+    idempotency: Option<Arc<dyn IdempotencyStore>>,
+    idempotency_key: Option<KeyFn>,
 }
 
 impl<T> std::fmt::Debug for ConsumerBuilder<T> {
@@ -103,6 +107,7 @@ impl<T> std::fmt::Debug for ConsumerBuilder<T> {
             .field("prefetch", &self.prefetch)
             .field("concurrency", &self.concurrency)
             .field("declare", &self.declare)
+            .field("idempotent", &self.idempotency.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -117,6 +122,8 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
             concurrency: 1,
             declare: true,
             decoders: Decoders::new(decoder),
+            idempotency: None,
+            idempotency_key: None,
         }
     }
 
@@ -145,6 +152,64 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
     /// declared. Default `true`.
     pub fn declare(mut self, declare: bool) -> Self {
         self.declare = declare;
+        self
+    }
+
+    /// Makes the consumer idempotent with `store` (see [`crate::idempotency`]): each message's
+    /// key is claimed before the handler runs, confirmed after it succeeded and released after
+    /// it failed. A duplicate of a confirmed message is acknowledged without running the
+    /// handler; a message another instance holds a live claim on is republished to this queue
+    /// unchanged after about a second (no attempt consumed, never requeued); a store that
+    /// fails fails the delivery as a handler error would. The key is the envelope id unless
+    /// [`ConsumerBuilder::idempotency_key`] gives another. Default: not idempotent.
+    ///
+    /// Pipeline steps take it through their `configure` closure. A message keeps its id along
+    /// a pipeline, so steps sharing one store need keys of their own (a table or prefix per
+    /// step, or [`ConsumerBuilder::idempotency_key`]), or the second step finds the first
+    /// step's confirmation.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use acemq::{AceMq, Envelope, Message};
+    /// use acemq::idempotency::InMemoryIdempotencyStore;
+    /// use polyq_amqp::QueueSpec;
+    ///
+    /// let mq = AceMq::connect("memory://doc-idempotent").await?;
+    /// mq.client().declare_queue(&QueueSpec::new("payments")).await?;
+    /// let (charged, mut charges) = tokio::sync::mpsc::unbounded_channel();
+    /// let consumer = mq
+    ///     .consumer::<u32>("payments")
+    ///     .idempotent(InMemoryIdempotencyStore::new())
+    ///     .start(move |message: Message<u32>| {
+    ///         let charged = charged.clone();
+    ///         async move { charged.send(*message.payload()).ok(); }
+    ///     })
+    ///     .await?;
+    ///
+    /// let publisher = mq.publisher::<u32>("", "payments");
+    /// let payment = || Envelope::of("payment").id("payment-1").build();
+    /// publisher.send_with(&40, payment()?).await?;
+    /// publisher.send_with(&40, payment()?).await?; // published again by an upstream retry
+    /// publisher.send_with(&2, Envelope::of("payment").id("payment-2").build()?).await?;
+    /// assert_eq!(charges.recv().await, Some(40));
+    /// assert_eq!(charges.recv().await, Some(2), "the duplicate was skipped");
+    /// consumer.drain(Duration::from_secs(5)).await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn idempotent(mut self, store: impl IdempotencyStore) -> Self {
+        self.idempotency = Some(Arc::new(store));
+        self
+    }
+
+    /// How an idempotent consumer derives a message's key. Default: its envelope id.
+    pub fn idempotency_key(
+        mut self,
+        key: impl Fn(&crate::Envelope) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.idempotency_key = Some(Arc::new(key));
         self
     }
 
@@ -185,6 +250,14 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
             handler,
             in_flight: Arc::clone(&in_flight),
             subscription: ConsumeOptions::default().prefetch(self.prefetch),
+            idempotency: self.idempotency.map(|store| {
+                idempotent::Idempotency::new(
+                    store,
+                    self.idempotency_key,
+                    &self.queue,
+                    self.mq.shared.transport,
+                )
+            }),
             engine: Engine {
                 shared: Arc::clone(&self.mq.shared),
                 queue,

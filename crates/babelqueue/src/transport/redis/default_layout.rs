@@ -131,9 +131,73 @@ impl RedisTransport {
         &self.inner.options
     }
 
+    /// Up to `limit` values of the list `key`, head first, exactly as stored, read with
+    /// `LRANGE`: nothing is reserved or taken. None when `key` is not a list. For tools that
+    /// look at a queue of either layout (the connection is the same) without working it.
+    pub async fn read_list(&self, key: &str, limit: usize) -> crate::Result<Vec<Bytes>> {
+        let connection = &self.inner.connection;
+        let kind: String = connection
+            .query(redis::cmd("TYPE").arg(key), || {
+                format!("read the type of {key:?}")
+            })
+            .await?;
+        if kind != "list" || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let last = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        let values: Vec<Vec<u8>> = connection
+            .query(redis::cmd("LRANGE").arg(key).arg(0).arg(last), || {
+                format!("read the list {key:?}")
+            })
+            .await?;
+        Ok(values.into_iter().map(Bytes::from).collect())
+    }
+
+    /// Every key holding a list or a sorted set, the types both layouts keep queues in,
+    /// found with `SCAN ... TYPE` (incremental, no `KEYS`); pair with
+    /// [`RedisOptions::queue_of_key`] to name the queues.
+    pub async fn scan_queue_keys(&self) -> crate::Result<Vec<String>> {
+        let mut keys = Vec::new();
+        for kind in ["list", "zset"] {
+            let mut cursor = 0_u64;
+            loop {
+                let scan = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .arg("TYPE")
+                    .arg(kind)
+                    .clone();
+                let (next, found): (u64, Vec<String>) = self
+                    .inner
+                    .connection
+                    .query(&scan, || format!("scan for {kind} keys"))
+                    .await?;
+                keys.extend(found);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Whether any of `keys` exists (`EXISTS`).
+    pub async fn any_exists(&self, keys: &[String]) -> crate::Result<bool> {
+        let count: u64 = self
+            .inner
+            .connection
+            .query(redis::cmd("EXISTS").arg(keys), || {
+                format!("look for the keys {keys:?}")
+            })
+            .await?;
+        Ok(count > 0)
+    }
+
     /// The in-flight list of `queue`: `<queue>:processing`.
     pub fn processing_key(&self, queue: &str) -> String {
-        format!("{queue}{}", self.inner.options.processing_suffix)
+        self.inner.options.processing_key(queue)
     }
 
     /// The deadline set of `queue`: `<queue>:processing:deadlines`.

@@ -140,7 +140,7 @@ impl LaravelTransport {
     /// The ready list of `queue`: `<prefix><queue>`, e.g. `queues:orders`; the other keys add
     /// `:notify`, `:reserved` and `:delayed` to it.
     pub fn key(&self, queue: &str) -> String {
-        format!("{}{queue}", self.inner.options.key_prefix)
+        self.inner.options.laravel_key(queue)
     }
 
     /// Up to `limit` jobs (all with `None`) from the head of `queue`'s ready list, in order,

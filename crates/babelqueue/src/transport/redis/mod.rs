@@ -31,6 +31,9 @@ pub use crate::error::RedisErrorKind;
 pub use default_layout::{RedisReceipt, RedisTransport};
 pub use laravel::{LaravelReceipt, LaravelTransport};
 
+/// The keys the Laravel layout keeps beside a queue's ready list, by suffix.
+const LARAVEL_SUFFIXES: [&str; 3] = [":notify", ":reserved", ":delayed"];
+
 /// Settings shared by both Redis layouts. Every setter documents its default; the defaults are
 /// the Python SDK's, so a Rust worker and a Python worker on one queue agree.
 ///
@@ -172,6 +175,60 @@ impl RedisOptions {
     /// The dead-letter queue of `queue`: `<queue><dlq suffix>`, e.g. `orders.dlq`.
     pub fn dead_letter_queue(&self, queue: &str) -> String {
         format!("{queue}{}", self.dlq_suffix)
+    }
+
+    /// Default layout: the in-flight list of `queue`, `<queue><processing suffix>`.
+    pub fn processing_key(&self, queue: &str) -> String {
+        format!("{queue}{}", self.processing_suffix)
+    }
+
+    /// Laravel layout: the ready list of `queue`, `<prefix><queue>`, e.g. `queues:orders`.
+    pub fn laravel_key(&self, queue: &str) -> String {
+        format!("{}{queue}", self.key_prefix)
+    }
+
+    /// The keys the default layout keeps for `queue`: the ready list, the in-flight list and
+    /// its deadline set. A tool reads them to see a queue without a transport.
+    pub fn default_layout_keys(&self, queue: &str) -> [String; 3] {
+        let processing = self.processing_key(queue);
+        [
+            queue.to_owned(),
+            format!("{processing}:deadlines"),
+            processing,
+        ]
+    }
+
+    /// The keys the Laravel layout keeps for `queue`: its `:notify`, `:reserved` and
+    /// `:delayed` keys, then the ready list.
+    pub fn laravel_layout_keys(&self, queue: &str) -> [String; 4] {
+        let ready = self.laravel_key(queue);
+        let [notify, reserved, delayed] = LARAVEL_SUFFIXES.map(|suffix| format!("{ready}{suffix}"));
+        [notify, reserved, delayed, ready]
+    }
+
+    /// The queue name a key of either layout belongs to: the Laravel prefix and each layout's
+    /// key suffixes taken off. For a tool that finds queues by scanning keys.
+    ///
+    /// ```
+    /// use babelqueue::transport::redis::RedisOptions;
+    ///
+    /// let options = RedisOptions::new();
+    /// assert_eq!(options.queue_of_key("queues:jobs:delayed"), "jobs");
+    /// assert_eq!(options.queue_of_key("jobs:processing:deadlines"), "jobs");
+    /// assert_eq!(options.queue_of_key("jobs.dlq"), "jobs.dlq");
+    /// ```
+    pub fn queue_of_key<'k>(&self, key: &'k str) -> &'k str {
+        if let Some(laravel) = key.strip_prefix(self.key_prefix.as_str()) {
+            return LARAVEL_SUFFIXES
+                .iter()
+                .find_map(|suffix| laravel.strip_suffix(suffix))
+                .unwrap_or(laravel);
+        }
+        let processing = self.processing_suffix.as_str();
+        key.strip_suffix(":deadlines")
+            .and_then(|rest| rest.strip_suffix(processing))
+            .or_else(|| key.strip_suffix(processing))
+            .unwrap_or(key)
     }
 
     fn validate(&self) -> crate::Result<()> {
@@ -399,6 +456,37 @@ fn glob_escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_layout_names_its_keys_from_the_options() {
+        let options = RedisOptions::new();
+        assert_eq!(
+            options.default_layout_keys("jobs"),
+            ["jobs", "jobs:processing:deadlines", "jobs:processing"]
+        );
+        assert_eq!(
+            options.laravel_layout_keys("jobs"),
+            [
+                "queues:jobs:notify",
+                "queues:jobs:reserved",
+                "queues:jobs:delayed",
+                "queues:jobs"
+            ]
+        );
+        let custom = RedisOptions::new()
+            .processing_suffix(":busy")
+            .key_prefix("app:");
+        assert_eq!(custom.processing_key("jobs"), "jobs:busy");
+        assert_eq!(custom.laravel_key("jobs"), "app:jobs");
+        for key in custom
+            .default_layout_keys("jobs")
+            .into_iter()
+            .chain(custom.laravel_layout_keys("jobs"))
+        {
+            assert_eq!(custom.queue_of_key(&key), "jobs", "{key}");
+        }
+        assert_eq!(custom.queue_of_key("queues:jobs"), "queues:jobs");
+    }
 
     #[test]
     fn scores_are_whole_seconds_rounded_up_or_infinite() {

@@ -1,0 +1,280 @@
+//! The PostgreSQL idempotency store (feature `postgres`), in the Java port's table layout
+//! (`acemq_idempotency`: `message_id`, `state` `CLAIMED`/`CONFIRMED`, `claimed_by`,
+//! `recorded_at`, `expires_at`), so Rust and Java workers on one queue can share the table.
+//!
+//! A claim is one statement on the fast path: an insert whose conflict takes over only an
+//! expired row. When it returns nothing, the row is read to tell a confirmation from a live
+//! claim: duplicates are decided by looking for the row, never by reading an error code.
+//! Times are the database's clock (`now()`), so instances with skewed clocks agree on leases.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use sqlx::{PgPool, Row};
+
+use super::{CLAIMED, CONFIRMED, ClaimResult, IdempotencyStore, Lease, StoreError, node_id};
+
+/// The table a store uses unless told otherwise, as in the Java, Go, Python and .NET ports.
+pub const DEFAULT_TABLE: &str = "acemq_idempotency";
+
+/// The migration creating the table, with `${table}` standing for its name. Run it with
+/// [`PostgresIdempotencyStore::migrate`], or copy it into the migrations the application's own
+/// tool runs.
+pub const MIGRATION: &str = include_str!("../../migrations/postgres/idempotency_0001.sql");
+
+/// Keys in a PostgreSQL table, shared by every instance (and every AceMQ port) that points at
+/// it. Clones share the pool and the instance identity.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use acemq::idempotency::postgres::PostgresIdempotencyStore;
+///
+/// let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1:5432/test").await?;
+/// let store = PostgresIdempotencyStore::new(pool).claim_timeout(Duration::from_secs(120));
+/// store.migrate().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresIdempotencyStore {
+    pool: PgPool,
+    table: Arc<str>,
+    statements: Arc<Statements>,
+    node: Arc<str>,
+    lease: Lease,
+}
+
+struct Statements {
+    claim: String,
+    lookup: String,
+    confirm: String,
+    release: String,
+    purge: String,
+}
+
+impl Statements {
+    fn for_table(table: &str) -> Self {
+        let upsert = |state: &str, holder: &str, ttl: &str, guard: &str| {
+            format!(
+                "INSERT INTO {table} AS held (message_id, state, claimed_by, recorded_at, expires_at) \
+                 VALUES ($1, '{state}', {holder}, now(), now() + make_interval(secs => {ttl})) \
+                 ON CONFLICT (message_id) DO UPDATE SET state = EXCLUDED.state, \
+                 claimed_by = EXCLUDED.claimed_by, recorded_at = EXCLUDED.recorded_at, \
+                 expires_at = EXCLUDED.expires_at{guard}"
+            )
+        };
+        Self {
+            claim: upsert(
+                CLAIMED,
+                "$2",
+                "$3",
+                " WHERE held.expires_at <= now() RETURNING message_id",
+            ),
+            lookup: format!(
+                "SELECT state, expires_at > now() AS live FROM {table} WHERE message_id = $1"
+            ),
+            confirm: upsert(CONFIRMED, "NULL", "$2", ""),
+            release: format!(
+                "DELETE FROM {table} WHERE message_id = $1 AND state = '{CLAIMED}' AND claimed_by = $2"
+            ),
+            purge: format!("DELETE FROM {table} WHERE expires_at <= now()"),
+        }
+    }
+}
+
+impl std::fmt::Debug for PostgresIdempotencyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresIdempotencyStore")
+            .field("table", &self.table)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresIdempotencyStore {
+    /// A store on `pool` using [`DEFAULT_TABLE`], the default claim timeout and retention.
+    pub fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            table: Arc::from(DEFAULT_TABLE),
+            statements: Arc::new(Statements::for_table(DEFAULT_TABLE)),
+            node: Arc::from(node_id()),
+            lease: Lease::default(),
+        }
+    }
+
+    /// Uses the table `name` instead of [`DEFAULT_TABLE`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidName`] unless `name` is a plain SQL identifier (ASCII letters,
+    /// digits and underscores, not starting with a digit, at most 63 bytes): a table name
+    /// reaches SQL as text, since no database binds it as a parameter.
+    pub fn table(mut self, name: &str) -> Result<Self, StoreError> {
+        check_identifier(name)?;
+        self.table = Arc::from(name);
+        self.statements = Arc::new(Statements::for_table(name));
+        Ok(self)
+    }
+
+    lease_setters!();
+
+    /// The table's name.
+    pub fn table_name(&self) -> &str {
+        &self.table
+    }
+
+    /// The migration for this store's table: [`MIGRATION`] with its name filled in.
+    pub fn migration_sql(&self) -> String {
+        MIGRATION.replace("${table}", &self.table)
+    }
+
+    /// Creates the table and its index unless they exist ([`MIGRATION`]).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] when the database refuses or cannot be reached.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let sql = self.migration_sql();
+        sqlx::raw_sql(&sql)
+            .execute(&self.pool)
+            .await
+            .map_err(|error| self.failed(format!("create the table `{}`", self.table), error))?;
+        Ok(())
+    }
+
+    fn failed(&self, operation: String, error: sqlx::Error) -> StoreError {
+        StoreError::Backend {
+            store: "postgres",
+            operation,
+            source: Box::new(error),
+        }
+    }
+
+    async fn claim_key(&self, key: &str) -> Result<ClaimResult, StoreError> {
+        let failed = |error| self.failed(format!("claim key `{key}`"), error);
+        let won = sqlx::query(&self.statements.claim)
+            .bind(key)
+            .bind(&*self.node)
+            .bind(self.lease.claim_timeout.as_secs_f64())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(failed)?;
+        if won.is_some() {
+            return Ok(ClaimResult::Claimed);
+        }
+        let row = sqlx::query(&self.statements.lookup)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(failed)?;
+        let Some(row) = row else {
+            // Purged between the two statements: tried again later rather than guessed.
+            return Ok(ClaimResult::InProgress);
+        };
+        let state: String = row.try_get("state").map_err(failed)?;
+        let live: bool = row.try_get("live").map_err(failed)?;
+        Ok(if live && state == CONFIRMED {
+            ClaimResult::AlreadyConfirmed
+        } else {
+            // A live claim, or a row that expired since the insert looked at it: either way
+            // the next try decides.
+            ClaimResult::InProgress
+        })
+    }
+}
+
+/// Refuses anything but a plain SQL identifier.
+fn check_identifier(name: &str) -> Result<(), StoreError> {
+    let invalid = |reason| {
+        Err(StoreError::InvalidName {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return invalid("it is empty"),
+        Some(first) if !(first.is_ascii_alphabetic() || first == '_') => {
+            return invalid("it must start with an ASCII letter or an underscore");
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return invalid("only ASCII letters, digits and underscores are allowed");
+    }
+    // Leaves room for the index name `<table>_expiry` within PostgreSQL's 63 bytes.
+    if name.len() > 56 {
+        return invalid("it must be at most 56 bytes long");
+    }
+    Ok(())
+}
+
+impl IdempotencyStore for PostgresIdempotencyStore {
+    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ClaimResult, StoreError>> {
+        Box::pin(self.claim_key(key))
+    }
+
+    fn confirm<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(&self.statements.confirm)
+                .bind(key)
+                .bind(self.lease.retention.as_secs_f64())
+                .execute(&self.pool)
+                .await
+                .map_err(|error| self.failed(format!("confirm key `{key}`"), error))?;
+            Ok(())
+        })
+    }
+
+    fn release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(&self.statements.release)
+                .bind(key)
+                .bind(&*self.node)
+                .execute(&self.pool)
+                .await
+                .map_err(|error| self.failed(format!("release key `{key}`"), error))?;
+            Ok(())
+        })
+    }
+
+    fn purge_expired(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let done = sqlx::query(&self.statements.purge)
+                .execute(&self.pool)
+                .await
+                .map_err(|error| {
+                    self.failed(format!("purge expired rows of `{}`", self.table), error)
+                })?;
+            Ok(done.rows_affected())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_identifiers_name_a_table() {
+        assert!(check_identifier("acemq_idempotency").is_ok());
+        assert!(check_identifier("_t1").is_ok());
+        for bad in ["", "1t", "a-b", "a.b", "t; DROP TABLE x", &"t".repeat(57)] {
+            assert!(
+                matches!(check_identifier(bad), Err(StoreError::InvalidName { .. })),
+                "{bad:?} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn the_migration_names_the_table_everywhere() {
+        let ddl = MIGRATION.replace("${table}", "orders_seen");
+        assert!(!ddl.contains("${table}"));
+        assert!(ddl.contains("CREATE TABLE IF NOT EXISTS orders_seen ("));
+        assert!(ddl.contains("orders_seen_expiry ON orders_seen (expires_at)"));
+    }
+}

@@ -1,0 +1,244 @@
+//! The persistent idempotency stores' own contract on the real Redis and PostgreSQL, beyond the
+//! conformance sequences: a claim is not a commit, a release leaves a commit alone, an expired
+//! claim (a consumer that died holding it) is taken over, an expired seen-set row counts as absent,
+//! and the rows and keys are the upstream layouts'. Expiry is made by moving the stored expiry
+//! into the past, never by waiting.
+
+#![cfg(all(feature = "redis", feature = "postgres"))]
+
+mod runtime_support;
+
+use std::time::Duration;
+
+use babelqueue::idempotency::{
+    ClaimingStore, IdempotencyStore, PostgresClaimingStore, PostgresStore, RedisClaimingStore,
+    RedisStore,
+};
+use redis::AsyncCommands;
+
+const TTL: Duration = Duration::from_secs(3600);
+
+async fn claiming_contract(store: &dyn ClaimingStore, id: &str) {
+    assert!(store.claim(id, TTL).await.unwrap(), "the first claim wins");
+    assert!(!store.claim(id, TTL).await.unwrap(), "a live claim holds");
+    assert!(!store.seen(id).await.unwrap(), "a claim is not a commit");
+    store.release(id).await.unwrap();
+    assert!(
+        store.claim(id, TTL).await.unwrap(),
+        "released, claimed again"
+    );
+    store.remember(id).await.unwrap();
+    store.release(id).await.unwrap();
+    assert!(store.seen(id).await.unwrap(), "a release leaves a commit");
+    assert!(
+        !store.claim(id, TTL).await.unwrap(),
+        "a commit is never claimed"
+    );
+    store.forget(id).await.unwrap();
+    assert!(!store.seen(id).await.unwrap());
+}
+
+#[tokio::test]
+async fn redis_claiming_store() {
+    let url = polyq_testkit::redis_url();
+    let prefix = format!("{}:", polyq_testkit::unique_name("bq-idem-store"));
+    let store = RedisClaimingStore::connect(&url)
+        .await
+        .unwrap()
+        .prefix(&prefix)
+        .unwrap();
+    claiming_contract(&store, "id-A").await;
+
+    let mut redis = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = format!("{prefix}id-B");
+    assert!(store.claim("id-B", TTL).await.unwrap());
+    let value: String = redis.get(&key).await.unwrap();
+    assert_eq!(value, "1", "PHP's CLAIMED");
+    let () = redis::cmd("PEXPIREAT")
+        .arg(&key)
+        .arg(1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(
+        store.claim("id-B", TTL).await.unwrap(),
+        "an expired claim is taken over"
+    );
+    store.remember("id-B").await.unwrap();
+    let value: String = redis.get(&key).await.unwrap();
+    let ttl: i64 = redis.pttl(&key).await.unwrap();
+    assert_eq!((value.as_str(), ttl), ("2", -1), "PHP's SEEN, no expiry");
+    runtime_support::delete_redis_keys(&url, &prefix).await;
+}
+
+#[tokio::test]
+async fn redis_seen_set_keeps_the_go_layout() {
+    let url = polyq_testkit::redis_url();
+    let prefix = format!("{}:", polyq_testkit::unique_name("bq-idem-store"));
+    let store = RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .prefix(&prefix)
+        .unwrap()
+        .ttl(TTL);
+    assert!(!store.seen("id-A").await.unwrap());
+    store.remember("id-A").await.unwrap();
+    assert!(store.seen("id-A").await.unwrap());
+    let mut redis = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = format!("{prefix}id-A");
+    let value: String = redis.get(&key).await.unwrap();
+    let ttl: i64 = redis.pttl(&key).await.unwrap();
+    assert_eq!(value, "1");
+    assert!(ttl > 0 && ttl <= 3_600_000, "PX from the TTL: {ttl}");
+    store.forget("id-A").await.unwrap();
+    assert!(!store.seen("id-A").await.unwrap());
+    runtime_support::delete_redis_keys(&url, &prefix).await;
+}
+
+/// A pool and a table name of this test's own, dropped by [`drop_table`].
+async fn table() -> (sqlx::PgPool, String) {
+    let pool = sqlx::PgPool::connect(&polyq_testkit::postgres_url())
+        .await
+        .unwrap();
+    let name = polyq_testkit::unique_name("bq_idem_store").replace('.', "_");
+    (pool, name)
+}
+
+async fn drop_table(pool: &sqlx::PgPool, table: &str) {
+    sqlx::raw_sql(&format!("DROP TABLE {table}"))
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn postgres_claiming_store() {
+    let (pool, table) = table().await;
+    let store = PostgresClaimingStore::new(pool.clone())
+        .table(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    claiming_contract(&store, "id-A").await;
+
+    assert!(store.claim("id-B", TTL).await.unwrap());
+    let (state, expires): (String, Option<i64>) = sqlx::query_as(&format!(
+        "SELECT state, expires_at FROM {table} WHERE message_id = 'id-B'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(state, "claimed");
+    assert!(expires.is_some(), "epoch seconds");
+    sqlx::query(&format!(
+        "UPDATE {table} SET expires_at = 0 WHERE message_id = 'id-B'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert!(
+        store.claim("id-B", TTL).await.unwrap(),
+        "an expired claim is taken over"
+    );
+    assert!(!store.claim("id-B", TTL).await.unwrap(), "and holds again");
+    sqlx::query(&format!(
+        "UPDATE {table} SET expires_at = 0 WHERE message_id = 'id-B'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(store.purge_expired().await.unwrap(), 1);
+    store.remember("id-C").await.unwrap();
+    let (state, expires): (String, Option<i64>) = sqlx::query_as(&format!(
+        "SELECT state, expires_at FROM {table} WHERE message_id = 'id-C'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((state.as_str(), expires), ("seen", None));
+    drop_table(&pool, &table).await;
+}
+
+#[tokio::test]
+async fn postgres_seen_set_treats_an_expired_row_as_absent() {
+    let (pool, table) = table().await;
+    let store = PostgresStore::new(pool.clone())
+        .table(&table)
+        .unwrap()
+        .ttl(TTL);
+    store.migrate().await.unwrap();
+    store.remember("id-A").await.unwrap();
+    assert!(store.seen("id-A").await.unwrap());
+    sqlx::query(&format!(
+        "UPDATE {table} SET expires_at = now() - interval '1 second' WHERE message_id = 'id-A'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert!(
+        !store.seen("id-A").await.unwrap(),
+        "expired counts as absent"
+    );
+    store.remember("id-A").await.unwrap();
+    assert!(
+        store.seen("id-A").await.unwrap(),
+        "an expired row is taken over"
+    );
+    store.remember("id-B").await.unwrap();
+    sqlx::query(&format!(
+        "UPDATE {table} SET expires_at = now() - interval '1 second' WHERE message_id = 'id-B'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(store.purge_expired().await.unwrap(), 1);
+    store.forget("id-A").await.unwrap();
+    assert!(!store.seen("id-A").await.unwrap());
+    drop_table(&pool, &table).await;
+}
+
+#[tokio::test]
+async fn the_shipped_migration_creates_both_default_tables() {
+    // In a schema of its own (one connection, its search path), so the default names are free.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&polyq_testkit::postgres_url())
+        .await
+        .unwrap();
+    let schema = polyq_testkit::unique_name("bq_idem_migration").replace('.', "_");
+    sqlx::raw_sql(&format!(
+        "CREATE SCHEMA {schema}; SET search_path TO {schema}"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    babelqueue::idempotency::migrate(&pool).await.unwrap();
+    babelqueue::idempotency::migrate(&pool).await.unwrap();
+    for (table, columns) in [
+        ("babelqueue_idempotency", "created_at,expires_at,message_id"),
+        ("bq_idempotency", "expires_at,message_id,state"),
+    ] {
+        let found: String = sqlx::query_scalar(
+            "SELECT string_agg(column_name, ',' ORDER BY column_name) FROM information_schema.columns \
+             WHERE table_schema = $1 AND table_name = $2",
+        )
+        .bind(&schema)
+        .bind(table)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(found, columns, "{table}");
+    }
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}

@@ -1,0 +1,320 @@
+//! Idempotent consumers on every binding with every store, the Redis and PostgreSQL ones on the
+//! real servers: a job delivered twice to two workers has one side effect; under a claiming
+//! store, a duplicate delivered while the winner runs waits for it and is then skipped; a store
+//! that cannot answer hands the delivery back unchanged, never acknowledged, never dropped.
+
+#![cfg(all(feature = "redis", feature = "postgres"))]
+
+mod every_binding;
+mod runtime_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use babelqueue::idempotency::{
+    Idempotency, InMemoryClaimingStore, InMemoryStore, PostgresClaimingStore, PostgresStore,
+    RedisClaimingStore, RedisStore,
+};
+use babelqueue::transport::{ConnectOptions, Transport};
+use babelqueue::worker::{BoxError, JobContext, JobInterceptor};
+use babelqueue::{Envelope, MakeOptions};
+use every_binding::{Binding, Bound, PATIENCE};
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+
+const URN: &str = "urn:babel:payments:captured";
+const IDLE: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Copy)]
+enum Store {
+    Memory,
+    Redis,
+    Postgres,
+    MemoryClaiming,
+    RedisClaiming,
+    PostgresClaiming,
+}
+
+/// A store on a key prefix or table of its own, and what removes it at the end.
+struct Opened {
+    option: Idempotency,
+    redis_prefix: Option<String>,
+    table: Option<(sqlx::PgPool, String)>,
+}
+
+impl Opened {
+    async fn new(store: Store) -> Self {
+        let scope = uuid::Uuid::new_v4().simple().to_string();
+        let redis_prefix = format!("bq:idem-test:{scope}:");
+        let table = format!("bq_idempotency_test_{scope}");
+        let redis_url = polyq_testkit::redis_url();
+        let pool = || async { sqlx::PgPool::connect(&polyq_testkit::postgres_url()).await };
+        let mut opened = Self {
+            option: Idempotency::seen_set(Arc::new(InMemoryStore::new())),
+            redis_prefix: None,
+            table: None,
+        };
+        opened.option = match store {
+            Store::Memory => opened.option,
+            Store::MemoryClaiming => Idempotency::claiming(Arc::new(InMemoryClaimingStore::new())),
+            Store::Redis => {
+                let store = RedisStore::connect(&redis_url).await.unwrap();
+                opened.redis_prefix = Some(redis_prefix.clone());
+                Idempotency::seen_set(Arc::new(store.prefix(redis_prefix).unwrap()))
+            }
+            Store::RedisClaiming => {
+                let store = RedisClaimingStore::connect(&redis_url).await.unwrap();
+                opened.redis_prefix = Some(redis_prefix.clone());
+                Idempotency::claiming(Arc::new(store.prefix(redis_prefix).unwrap()))
+            }
+            Store::Postgres => {
+                let pool = pool().await.unwrap();
+                let store = PostgresStore::new(pool.clone()).table(&table).unwrap();
+                store.migrate().await.unwrap();
+                opened.table = Some((pool, table));
+                Idempotency::seen_set(Arc::new(store))
+            }
+            Store::PostgresClaiming => {
+                let pool = pool().await.unwrap();
+                let store = PostgresClaimingStore::new(pool.clone())
+                    .table(&table)
+                    .unwrap();
+                store.migrate().await.unwrap();
+                opened.table = Some((pool, table));
+                Idempotency::claiming(Arc::new(store))
+            }
+        };
+        opened
+    }
+
+    async fn close(self) {
+        if let Some(prefix) = self.redis_prefix {
+            runtime_support::delete_redis_keys(&polyq_testkit::redis_url(), &prefix).await;
+        }
+        if let Some((pool, table)) = self.table {
+            sqlx::raw_sql(&format!("DROP TABLE {table}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// The same job (one `meta.id`) published twice.
+async fn publish_twice(bound: &Bound) -> Envelope {
+    let job = babelqueue::make(URN, &json!({"payment": 7}), MakeOptions::default()).unwrap();
+    for _ in 0..2 {
+        bound.queue.publish_envelope(&job, &[]).await.unwrap();
+    }
+    job
+}
+
+async fn two_workers_one_effect(binding: Binding, store: Store) {
+    let bound = Bound::with(binding, ConnectOptions::default().prefetch(1)).await;
+    let opened = Opened::new(store).await;
+    publish_twice(&bound).await;
+    let effects = Arc::new(AtomicUsize::new(0));
+    for worker in ["first", "second"] {
+        let effects = effects.clone();
+        let report = bound
+            .queue
+            .worker()
+            .idempotent(opened.option.clone())
+            .handle(URN, move |_job| {
+                let effects = effects.clone();
+                async move {
+                    effects.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, babelqueue::Error>(())
+                }
+            })
+            .consume(1, IDLE)
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.received, report.succeeded),
+            (1, 1),
+            "{worker} worker: {report:?}"
+        );
+    }
+    assert_eq!(effects.load(Ordering::SeqCst), 1, "{store:?}");
+    assert_eq!(bound.depth(bound.name()).await, 0);
+    opened.close().await;
+    bound.cleanup(&[]).await;
+}
+
+/// Counts the deliveries that reached a worker, before the idempotency guard.
+struct Arrivals(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl JobInterceptor for Arrivals {
+    fn before_handle(&self, _job: &JobContext<'_>) -> Result<(), BoxError> {
+        self.0.send_modify(|arrived| *arrived += 1);
+        Ok(())
+    }
+}
+
+async fn concurrent_duplicates_wait_for_the_winner(binding: Binding, store: Store) {
+    let bound = Bound::with(binding, ConnectOptions::default().prefetch(1)).await;
+    let opened = Opened::new(store).await;
+    publish_twice(&bound).await;
+    let effects = Arc::new(AtomicUsize::new(0));
+    let (arrivals, arrived) = tokio::sync::watch::channel(0_usize);
+    let arrivals = Arc::new(arrivals);
+    let worker = || {
+        let (effects, arrived) = (effects.clone(), arrived.clone());
+        bound
+            .queue
+            .worker()
+            .interceptor(Arrivals(arrivals.clone()))
+            .idempotent(opened.option.clone())
+            .handle(URN, move |_job| {
+                let (effects, mut arrived) = (effects.clone(), arrived.clone());
+                async move {
+                    // The winner finishes only once the duplicate is in the other worker, so the
+                    // duplicate is in flight while the claim is held.
+                    tokio::time::timeout(PATIENCE, arrived.wait_for(|n| *n >= 2))
+                        .await
+                        .map_err(|_| "the duplicate never reached the other worker")?
+                        .map_err(|_| "the arrivals channel closed")?;
+                    effects.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, &str>(())
+                }
+            })
+    };
+    let (first, second) = tokio::join!(worker().consume(1, IDLE), worker().consume(1, IDLE));
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(
+        (first.succeeded, second.succeeded),
+        (1, 1),
+        "{first:?} {second:?}"
+    );
+    assert_eq!(*arrived.borrow(), 2);
+    assert_eq!(effects.load(Ordering::SeqCst), 1, "{store:?}");
+    assert_eq!(bound.depth(bound.name()).await, 0);
+    opened.close().await;
+    bound.cleanup(&[]).await;
+}
+
+/// A PostgreSQL store on a port nothing listens on.
+fn unreachable_postgres() -> Idempotency {
+    let pool = PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("postgres://postgres@127.0.0.1:1/test")
+        .unwrap();
+    Idempotency::seen_set(Arc::new(PostgresStore::new(pool)))
+}
+
+/// A Redis claiming store on a port nothing listens on.
+fn unreachable_redis() -> Idempotency {
+    let client = redis::Client::open("redis://127.0.0.1:1/0").unwrap();
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(500)))
+        .set_number_of_retries(0);
+    let connection = redis::aio::ConnectionManager::new_lazy_with_config(client, config).unwrap();
+    Idempotency::claiming(Arc::new(RedisClaimingStore::new(connection)))
+}
+
+async fn an_unreachable_store_hands_the_delivery_back(binding: Binding, option: Idempotency) {
+    let bound = Bound::new(binding).await;
+    let sent = bound
+        .queue
+        .publish(URN, &json!({"payment": 8}))
+        .await
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let report = bound
+        .queue
+        .worker()
+        .idempotent_for(URN, option)
+        .redelivery_pause(Duration::ZERO)
+        .handle(URN, move |_job| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, babelqueue::Error>(())
+            }
+        })
+        .consume(1, IDLE)
+        .await
+        .unwrap();
+    assert_eq!((report.received, report.released), (1, 1), "{report:?}");
+    assert_eq!(
+        (
+            report.succeeded,
+            report.retried,
+            report.dead_lettered,
+            report.deleted
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler must not run");
+    let again = bound.take_and_ack(bound.name()).await;
+    assert_eq!(
+        String::from_utf8_lossy(&again.body),
+        sent.encode().unwrap(),
+        "handed back unchanged, no attempt counted"
+    );
+    let dead_letters = bound.transport().dead_letter_queue(bound.name());
+    assert_eq!(bound.depth(&dead_letters).await, 0);
+    bound.cleanup(&[]).await;
+}
+
+macro_rules! on_every_binding {
+    ($scenario:ident; $($store:ident),*) => {$(
+        #[allow(non_snake_case)]
+        mod $store {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                $scenario(Binding::Memory, Store::$store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rabbitmq() {
+                $scenario(Binding::RabbitMq, Store::$store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                $scenario(Binding::Redis, Store::$store).await;
+            }
+        }
+    )*};
+}
+
+mod two_workers_one_effect {
+    use super::*;
+    on_every_binding!(two_workers_one_effect; Memory, Redis, Postgres, MemoryClaiming, RedisClaiming, PostgresClaiming);
+}
+
+mod concurrent_duplicates_wait_for_the_winner {
+    use super::*;
+    on_every_binding!(concurrent_duplicates_wait_for_the_winner; MemoryClaiming, RedisClaiming, PostgresClaiming);
+}
+
+mod an_unreachable_store_hands_the_delivery_back {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_on_memory() {
+        an_unreachable_store_hands_the_delivery_back(Binding::Memory, unreachable_postgres()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_on_rabbitmq() {
+        an_unreachable_store_hands_the_delivery_back(Binding::RabbitMq, unreachable_postgres())
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_on_redis() {
+        an_unreachable_store_hands_the_delivery_back(Binding::Redis, unreachable_postgres()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_claiming_on_memory() {
+        an_unreachable_store_hands_the_delivery_back(Binding::Memory, unreachable_redis()).await;
+    }
+}
