@@ -72,7 +72,7 @@ async fn redis_claiming_store() {
     let value: String = redis.get(&key).await.unwrap();
     let ttl: i64 = redis.pttl(&key).await.unwrap();
     assert_eq!((value.as_str(), ttl), ("2", -1), "PHP's SEEN, no expiry");
-    runtime_support::delete_redis_keys(&url, &prefix).await;
+    polyq_testkit::brokers::delete_redis_keys(&url, &prefix).await;
 }
 
 #[tokio::test]
@@ -100,7 +100,7 @@ async fn redis_seen_set_keeps_the_go_layout() {
     assert!(ttl > 0 && ttl <= 3_600_000, "PX from the TTL: {ttl}");
     store.forget("id-A").await.unwrap();
     assert!(!store.seen("id-A").await.unwrap());
-    runtime_support::delete_redis_keys(&url, &prefix).await;
+    polyq_testkit::brokers::delete_redis_keys(&url, &prefix).await;
 }
 
 /// A pool and a table name of this test's own, dropped by [`drop_table`].

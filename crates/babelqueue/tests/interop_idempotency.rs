@@ -99,5 +99,5 @@ async fn a_rust_worker_and_a_python_worker_share_one_redis_store() {
             .unwrap();
         assert_eq!(value.as_deref(), Some("1"), "the Go layout's value");
     }
-    runtime_support::delete_redis_keys(&url, &name).await;
+    polyq_testkit::brokers::delete_redis_keys(&url, &name).await;
 }

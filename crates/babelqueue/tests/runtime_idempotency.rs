@@ -90,7 +90,7 @@ impl Opened {
 
     async fn close(self) {
         if let Some(prefix) = self.redis_prefix {
-            runtime_support::delete_redis_keys(&polyq_testkit::redis_url(), &prefix).await;
+            polyq_testkit::brokers::delete_redis_keys(&polyq_testkit::redis_url(), &prefix).await;
         }
         if let Some((pool, table)) = self.table {
             sqlx::raw_sql(&format!("DROP TABLE {table}"))
