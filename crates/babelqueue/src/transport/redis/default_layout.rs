@@ -141,16 +141,11 @@ impl RedisTransport {
                 format!("read the type of {key:?}")
             })
             .await?;
-        if kind != "list" || limit == 0 {
+        if kind != "list" {
             return Ok(Vec::new());
         }
-        let last = isize::try_from(limit - 1).unwrap_or(isize::MAX);
-        let values: Vec<Vec<u8>> = connection
-            .query(redis::cmd("LRANGE").arg(key).arg(0).arg(last), || {
-                format!("read the list {key:?}")
-            })
-            .await?;
-        Ok(values.into_iter().map(Bytes::from).collect())
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        connection.list_head(key, Some(limit)).await
     }
 
     /// Every key holding a list or a sorted set, the types both layouts keep queues in,
