@@ -187,8 +187,13 @@ impl Connection {
         self.query(&command, || format!("purge {key:?}")).await
     }
 
-    /// Every list whose key matches the glob `pattern`, by `SCAN`, sorted.
-    pub(super) async fn lists_matching(&self, pattern: &str) -> crate::Result<Vec<String>> {
+    /// Every key of type `kind` (`list`, `zset`, ...) matching the glob `pattern`, by
+    /// `SCAN ... TYPE` (incremental, no `KEYS`), sorted.
+    pub(super) async fn keys_matching(
+        &self,
+        pattern: &str,
+        kind: &str,
+    ) -> crate::Result<Vec<String>> {
         let mut cursor: u64 = 0;
         let mut keys = Vec::new();
         loop {
@@ -199,10 +204,12 @@ impl Connection {
                 .arg("COUNT")
                 .arg(1000)
                 .arg("TYPE")
-                .arg("list")
+                .arg(kind)
                 .clone();
             let (next, page): (u64, Vec<String>) = self
-                .query(&command, || format!("scan for lists matching {pattern:?}"))
+                .query(&command, || {
+                    format!("scan for {kind} keys matching {pattern:?}")
+                })
                 .await?;
             keys.extend(page);
             if next == 0 {

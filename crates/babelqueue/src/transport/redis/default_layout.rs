@@ -152,29 +152,9 @@ impl RedisTransport {
     /// found with `SCAN ... TYPE` (incremental, no `KEYS`); pair with
     /// [`RedisOptions::queue_of_key`] to name the queues.
     pub async fn scan_queue_keys(&self) -> crate::Result<Vec<String>> {
-        let mut keys = Vec::new();
-        for kind in ["list", "zset"] {
-            let mut cursor = 0_u64;
-            loop {
-                let scan = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .arg("TYPE")
-                    .arg(kind)
-                    .clone();
-                let (next, found): (u64, Vec<String>) = self
-                    .inner
-                    .connection
-                    .query(&scan, || format!("scan for {kind} keys"))
-                    .await?;
-                keys.extend(found);
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
+        let connection = &self.inner.connection;
+        let mut keys = connection.keys_matching("*", "list").await?;
+        keys.extend(connection.keys_matching("*", "zset").await?);
         Ok(keys)
     }
 
@@ -237,7 +217,11 @@ impl RedisTransport {
     pub async fn dead_letter_queues(&self) -> crate::Result<Vec<String>> {
         let options = &self.inner.options;
         let pattern = format!("*{}", glob_escape(&options.dlq_suffix));
-        let keys = self.inner.connection.lists_matching(&pattern).await?;
+        let keys = self
+            .inner
+            .connection
+            .keys_matching(&pattern, "list")
+            .await?;
         Ok(keys
             .into_iter()
             .filter(|key| !key.starts_with(&options.key_prefix))

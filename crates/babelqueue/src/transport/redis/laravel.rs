@@ -175,7 +175,11 @@ impl LaravelTransport {
             glob_escape(&options.key_prefix),
             glob_escape(&options.dlq_suffix)
         );
-        let keys = self.inner.connection.lists_matching(&pattern).await?;
+        let keys = self
+            .inner
+            .connection
+            .keys_matching(&pattern, "list")
+            .await?;
         Ok(keys
             .into_iter()
             .filter_map(|key| key.strip_prefix(&options.key_prefix).map(str::to_owned))
