@@ -108,7 +108,7 @@ impl DeadLetter {
 }
 
 /// A `dead_letter` block as read from a message (every field optional: other SDKs wrote it).
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[non_exhaustive]
 pub struct DeadLetterInfo {
     /// `failed`, `unknown_urn` or `poison`.

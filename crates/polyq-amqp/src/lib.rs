@@ -62,6 +62,7 @@
 
 #[cfg(feature = "amqp")]
 mod amqp;
+pub mod browse;
 mod client;
 mod error;
 mod health;

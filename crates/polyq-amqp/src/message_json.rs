@@ -79,6 +79,16 @@ impl MessageJson {
         }
     }
 
+    /// The message a delivery carries, as it sits in its queue.
+    pub fn of_delivery(delivery: &crate::Delivery) -> Self {
+        Self::new(
+            delivery.exchange.clone(),
+            delivery.routing_key.clone(),
+            delivery.properties.clone(),
+            delivery.body.clone(),
+        )
+    }
+
     /// Parses the JSON text of a message; see [`MessageJson::from_json`].
     pub fn parse(text: &str) -> Result<Self> {
         let value: Value =

@@ -11,6 +11,8 @@
 //!   after it, the `after` call only for those whose `before` passed, every call panic-contained.
 //! - [`Shutdown`]: the stop signal a worker or consumer waits on, graceful or immediate, with
 //!   [`Shutdown::on_signals`] for SIGINT and SIGTERM.
+//! - [`Fingerprint`] and [`group`]: an error with its values taken out, and failures gathered
+//!   by it, so the dead-letter tools of both families group alike.
 //! - [`Finding`] and [`Severity`]: what the contract doctors of both families report.
 //! - [`BoxError`]: the error an interceptor or handler returns when its type does not matter.
 //!
@@ -36,12 +38,14 @@
 
 mod chain;
 mod finding;
+mod fingerprint;
 pub mod outbox;
 mod panic;
 mod shutdown;
 
 pub use chain::{Before, InterceptorChain, Refusal};
 pub use finding::{Finding, Severity};
+pub use fingerprint::{Fingerprint, Group, group};
 pub use panic::{Panic, catch_panic, catch_panic_sync, panic_message};
 pub use shutdown::Shutdown;
 

@@ -5,6 +5,7 @@ pub(crate) mod babel;
 pub(crate) mod bench;
 pub(crate) mod connect;
 pub(crate) mod demo;
+pub(crate) mod dlq;
 pub(crate) mod doctor;
 pub(crate) mod outbox;
 pub(crate) mod payload;

@@ -36,6 +36,12 @@ enum Command {
         #[command(subcommand)]
         command: cli::outbox::Command,
     },
+    /// Dead-letter and parked queues of both families: list, show, groups, replay, delete,
+    /// purge, export and import.
+    Dlq {
+        #[command(subcommand)]
+        command: cli::dlq::Command,
+    },
     /// Lints queues against both contracts without consuming them; exit status 1 on an error.
     Doctor(cli::doctor::Doctor),
     /// Benchmarks measured side by side against the raw client in one run.
@@ -86,6 +92,7 @@ async fn main() -> ExitCode {
         Command::Bench { command } => cli::bench::run(command).await,
         Command::Outbox { command } => cli::outbox::run(command).await,
         Command::Demo(demo) => cli::demo::run(demo).await,
+        Command::Dlq { command } => cli::dlq::run(command).await,
         Command::Doctor(doctor) => cli::doctor::run(doctor).await,
     };
     match outcome {

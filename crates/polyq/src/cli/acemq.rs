@@ -277,12 +277,7 @@ async fn consume(
         };
         let Some(delivery) = next else { break };
         let delivery = delivery?;
-        let message = MessageJson::new(
-            delivery.exchange.clone(),
-            delivery.routing_key.clone(),
-            delivery.properties.clone(),
-            delivery.body.clone(),
-        );
+        let message = MessageJson::of_delivery(&delivery);
         match Inspection::of_message(&message, OffsetDateTime::now_utc()) {
             Ok(decoded) => {
                 println!("{}", serde_json::to_string(&decoded)?);

@@ -1,6 +1,6 @@
 //! `polyq babel` commands.
 
-mod progress;
+pub(crate) mod progress;
 
 use std::io::Read as _;
 use std::path::PathBuf;

@@ -13,7 +13,7 @@ use babelqueue::doctor::{self as babel, QueueState};
 use babelqueue::projection::unframe;
 use babelqueue::transport::redis::{RedisOptions, RedisTransport};
 use clap::ValueEnum;
-use polyq_amqp::{Client, Delivery, Error as AmqpError};
+use polyq_amqp::{Client, Error as AmqpError, MessageJson};
 
 use super::connect::TlsArgs;
 
@@ -134,11 +134,11 @@ async fn amqp_queues(
                 }
             }
         }
-        for (position, delivery) in peek(doctor, queue).await?.iter().enumerate() {
+        for (position, message) in peek(doctor, queue).await?.iter().enumerate() {
             let subject = message_subject(queue, position + 1);
             findings.extend(match doctor.family {
-                Family::Acemq => ace::check_headers(&subject, &delivery.properties.headers),
-                Family::Babel => babel::check_body(&subject, &delivery.body),
+                Family::Acemq => ace::check_headers(&subject, &message.properties.headers),
+                Family::Babel => babel::check_body(&subject, &message.body),
             });
         }
     }
@@ -152,28 +152,15 @@ async fn connect(doctor: &Doctor) -> anyhow::Result<Client> {
         .with_context(|| format!("--url {}", polyq_amqp::redact_url(&doctor.url)))
 }
 
-/// Up to `--limit` messages of `queue`, read with `basic.get` on a connection of their own and
-/// given back by closing it: the broker requeues every unacknowledged message in its place, so
-/// the queue keeps its order and its count.
-async fn peek(doctor: &Doctor, queue: &str) -> anyhow::Result<Vec<Delivery>> {
-    let reader = connect(doctor).await?;
-    let mut held = Vec::new();
-    let read = async {
-        while held.len() < doctor.limit {
-            match reader
-                .get(queue)
-                .await
-                .with_context(|| format!("--queue {queue}"))?
-            {
-                Some(delivery) => held.push(delivery),
-                None => break,
-            }
-        }
-        anyhow::Ok(())
-    }
-    .await;
-    reader.close().await.ok();
-    read.map(|()| held)
+/// Up to `--limit` messages of `queue`, none consumed (`polyq_amqp::browse`: the queue keeps
+/// its order and its count).
+async fn peek(doctor: &Doctor, queue: &str) -> anyhow::Result<Vec<MessageJson>> {
+    let options = polyq_amqp::ClientOptions::default().tls(doctor.tls.options()?);
+    let limit = u64::try_from(doctor.limit).unwrap_or(u64::MAX);
+    let read = polyq_amqp::browse::browse(&doctor.url, options, queue, Some(limit))
+        .await
+        .with_context(|| format!("--queue {queue}"))?;
+    Ok(read.into_iter().map(|swept| swept.message).collect())
 }
 
 /// Whether the broker has the object: `false` on 404, its other refusals as errors.

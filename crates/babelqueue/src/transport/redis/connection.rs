@@ -147,6 +147,81 @@ impl Connection {
             .map_err(|error| failed(&self.shown, operation(), error, str::to_owned))
     }
 
+    /// Up to `limit` values (all with `None`) from the head of the list `key`, in order, none
+    /// taken: `LRANGE`.
+    pub(super) async fn list_head(
+        &self,
+        key: &str,
+        limit: Option<u64>,
+    ) -> crate::Result<Vec<bytes::Bytes>> {
+        let last = limit.map_or(-1, |limit| i64::try_from(limit).unwrap_or(i64::MAX) - 1);
+        if last < -1 || limit == Some(0) {
+            return Ok(Vec::new());
+        }
+        let values: Vec<Vec<u8>> = self
+            .query(redis::cmd("LRANGE").arg(key).arg(0).arg(last), || {
+                format!("read the head of {key:?}")
+            })
+            .await?;
+        Ok(values.into_iter().map(bytes::Bytes::from).collect())
+    }
+
+    /// Removes the first value equal to `value` from the list `key` (`LREM 1`); `false` when
+    /// the list holds none.
+    pub(super) async fn list_remove(&self, key: &str, value: &[u8]) -> crate::Result<bool> {
+        let removed: i64 = self
+            .query(redis::cmd("LREM").arg(key).arg(1).arg(value), || {
+                format!("remove a value from {key:?}")
+            })
+            .await?;
+        Ok(removed > 0)
+    }
+
+    /// Deletes the list `key` and answers how many values it held, in one step.
+    pub(super) async fn list_purge(&self, key: &str) -> crate::Result<u64> {
+        let command = redis::cmd("EVAL")
+            .arg("local n = redis.call('LLEN', KEYS[1]); redis.call('DEL', KEYS[1]); return n")
+            .arg(1)
+            .arg(key)
+            .clone();
+        self.query(&command, || format!("purge {key:?}")).await
+    }
+
+    /// Every key of type `kind` (`list`, `zset`, ...) matching the glob `pattern`, by
+    /// `SCAN ... TYPE` (incremental, no `KEYS`), sorted.
+    pub(super) async fn keys_matching(
+        &self,
+        pattern: &str,
+        kind: &str,
+    ) -> crate::Result<Vec<String>> {
+        let mut cursor: u64 = 0;
+        let mut keys = Vec::new();
+        loop {
+            let command = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg(kind)
+                .clone();
+            let (next, page): (u64, Vec<String>) = self
+                .query(&command, || {
+                    format!("scan for {kind} keys matching {pattern:?}")
+                })
+                .await?;
+            keys.extend(page);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
     /// Runs a blocking command on a waiting connection of its own. A connection that failed is
     /// dropped rather than reused; so is one whose caller stopped waiting mid-command, as its
     /// future is dropped with it.

@@ -9,8 +9,8 @@ use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{
-    GiveBack, RedisOptions, deadline_score, move_in_one_script, one_queue, release_on_drop,
-    reserve_within, scripts,
+    GiveBack, RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue,
+    release_on_drop, reserve_within, scripts,
 };
 use crate::projection::{frame, unframe};
 use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_end};
@@ -141,45 +141,20 @@ impl RedisTransport {
                 format!("read the type of {key:?}")
             })
             .await?;
-        if kind != "list" || limit == 0 {
+        if kind != "list" {
             return Ok(Vec::new());
         }
-        let last = isize::try_from(limit - 1).unwrap_or(isize::MAX);
-        let values: Vec<Vec<u8>> = connection
-            .query(redis::cmd("LRANGE").arg(key).arg(0).arg(last), || {
-                format!("read the list {key:?}")
-            })
-            .await?;
-        Ok(values.into_iter().map(Bytes::from).collect())
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        connection.list_head(key, Some(limit)).await
     }
 
     /// Every key holding a list or a sorted set, the types both layouts keep queues in,
     /// found with `SCAN ... TYPE` (incremental, no `KEYS`); pair with
     /// [`RedisOptions::queue_of_key`] to name the queues.
     pub async fn scan_queue_keys(&self) -> crate::Result<Vec<String>> {
-        let mut keys = Vec::new();
-        for kind in ["list", "zset"] {
-            let mut cursor = 0_u64;
-            loop {
-                let scan = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .arg("TYPE")
-                    .arg(kind)
-                    .clone();
-                let (next, found): (u64, Vec<String>) = self
-                    .inner
-                    .connection
-                    .query(&scan, || format!("scan for {kind} keys"))
-                    .await?;
-                keys.extend(found);
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
+        let connection = &self.inner.connection;
+        let mut keys = connection.keys_matching("*", "list").await?;
+        keys.extend(connection.keys_matching("*", "zset").await?);
         Ok(keys)
     }
 
@@ -203,6 +178,54 @@ impl RedisTransport {
     /// The deadline set of `queue`: `<queue>:processing:deadlines`.
     pub fn deadlines_key(&self, queue: &str) -> String {
         format!("{}:deadlines", self.processing_key(queue))
+    }
+
+    /// Up to `limit` stored values (all with `None`) from the head of `queue`, in order,
+    /// without taking any (`LRANGE`). A value is the body, or the `__bq_frame` header frame
+    /// around it ([`crate::inspect::Inspection::of_input`] reads both).
+    pub async fn browse(&self, queue: &str, limit: Option<u64>) -> crate::Result<Vec<Bytes>> {
+        self.inner.connection.list_head(queue, limit).await
+    }
+
+    /// Removes one stored value equal to `stored` from `queue` (`LREM 1`), as
+    /// [`browse`](Self::browse) returned it; `false` when the queue holds none any more.
+    pub async fn remove(&self, queue: &str, stored: &[u8]) -> crate::Result<bool> {
+        self.inner.connection.list_remove(queue, stored).await
+    }
+
+    /// Appends a stored value to `queue` byte for byte (`RPUSH`), frame and all, as
+    /// [`browse`](Self::browse) returned it.
+    pub async fn push_stored(&self, queue: &str, stored: &[u8]) -> crate::Result<()> {
+        let _length: i64 = self
+            .inner
+            .connection
+            .query(redis::cmd("RPUSH").arg(queue).arg(stored), || {
+                format!("publish to {queue:?}")
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Removes every message of `queue` at once and answers how many there were.
+    pub async fn purge(&self, queue: &str) -> crate::Result<u64> {
+        self.inner.connection.list_purge(queue).await
+    }
+
+    /// The dead-letter queues on the server: every list named `<queue><dlq suffix>`, except
+    /// those under the Laravel layout's key prefix (see
+    /// [`LaravelTransport::dead_letter_queues`](super::LaravelTransport::dead_letter_queues)).
+    pub async fn dead_letter_queues(&self) -> crate::Result<Vec<String>> {
+        let options = &self.inner.options;
+        let pattern = format!("*{}", glob_escape(&options.dlq_suffix));
+        let keys = self
+            .inner
+            .connection
+            .keys_matching(&pattern, "list")
+            .await?;
+        Ok(keys
+            .into_iter()
+            .filter(|key| !key.starts_with(&options.key_prefix))
+            .collect())
     }
 
     /// A message reserved earlier by a prefetching reserve, or else the sweep and reserve

@@ -8,8 +8,8 @@ use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{
-    GiveBack, RedisOptions, deadline_score, move_in_one_script, one_queue, release_on_drop,
-    reserve_within, scripts, whole_seconds_up,
+    GiveBack, RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue,
+    release_on_drop, reserve_within, scripts, whole_seconds_up,
 };
 use crate::transport::{Capabilities, Reserved, Transport, move_each_to_end};
 
@@ -141,6 +141,49 @@ impl LaravelTransport {
     /// `:notify`, `:reserved` and `:delayed` to it.
     pub fn key(&self, queue: &str) -> String {
         self.inner.options.laravel_key(queue)
+    }
+
+    /// Up to `limit` jobs (all with `None`) from the head of `queue`'s ready list, in order,
+    /// without taking any (`LRANGE`).
+    pub async fn browse(&self, queue: &str, limit: Option<u64>) -> crate::Result<Vec<Bytes>> {
+        self.inner
+            .connection
+            .list_head(&self.key(queue), limit)
+            .await
+    }
+
+    /// Removes one job equal to `job` from `queue`'s ready list (`LREM 1`), as
+    /// [`browse`](Self::browse) returned it; `false` when the list holds none any more.
+    pub async fn remove(&self, queue: &str, job: &[u8]) -> crate::Result<bool> {
+        self.inner
+            .connection
+            .list_remove(&self.key(queue), job)
+            .await
+    }
+
+    /// Removes every message of `queue`'s ready list at once and answers how many there were.
+    pub async fn purge(&self, queue: &str) -> crate::Result<u64> {
+        self.inner.connection.list_purge(&self.key(queue)).await
+    }
+
+    /// The dead-letter queues on the server in this layout: every list
+    /// `<prefix><queue><dlq suffix>`, named without the prefix.
+    pub async fn dead_letter_queues(&self) -> crate::Result<Vec<String>> {
+        let options = &self.inner.options;
+        let pattern = format!(
+            "{}*{}",
+            glob_escape(&options.key_prefix),
+            glob_escape(&options.dlq_suffix)
+        );
+        let keys = self
+            .inner
+            .connection
+            .keys_matching(&pattern, "list")
+            .await?;
+        Ok(keys
+            .into_iter()
+            .filter_map(|key| key.strip_prefix(&options.key_prefix).map(str::to_owned))
+            .collect())
     }
 
     /// Migrates what is due, then reserves the head of `queue`; `None` when it is empty.

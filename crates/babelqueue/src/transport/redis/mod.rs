@@ -441,6 +441,18 @@ fn one_queue<'a>(mut queues: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     queues.all(|queue| queue == first).then_some(first)
 }
 
+/// `text` as a `SCAN MATCH` glob that matches only itself.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -109,12 +109,7 @@ async fn show(
         else {
             break;
         };
-        let message = MessageJson::new(
-            delivery.exchange.clone(),
-            delivery.routing_key.clone(),
-            delivery.properties.clone(),
-            delivery.body.clone(),
-        );
+        let message = MessageJson::of_delivery(&delivery);
         let view = MessageView::new(message, delivery.redelivered, OffsetDateTime::now_utc());
         held.push(delivery);
         println!("{}", serde_json::to_string(&view)?);

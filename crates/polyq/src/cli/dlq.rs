@@ -1,0 +1,421 @@
+//! `polyq dlq`: one set of verbs for the dead-letter and parked queues of both families, on
+//! RabbitMQ, the embedded broker and Redis (both layouts).
+//!
+//! Reads never consume (`polyq_amqp::browse`, Redis `LRANGE`); moves publish, wait for the
+//! confirm, then acknowledge (`acemq::patterns::replay`, `babelqueue::redrive`), so a verb
+//! killed midway leaves every message in one of the two queues. What a message shows is the
+//! family's inspection view; the failure groups are `polyq_runtime::Fingerprint`s.
+
+mod render;
+mod row;
+mod store;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use acemq::patterns::replay::Replay;
+use acemq::time::OffsetDateTime;
+use anyhow::Context as _;
+use babelqueue::redrive::RedriveOptions;
+use babelqueue::transport::{AnyTransport, ConnectOptions};
+use clap::{Subcommand, ValueEnum};
+use polyq_amqp::MessageJson;
+use serde_json::Value;
+
+use crate::cli::babel::progress::Counted;
+use render::{Output, Progress};
+use row::{Family, Row, Selection};
+use store::{BrokerArgs, Store};
+
+/// The `dlq` verbs.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Every dead-letter queue: depth, oldest and newest age, the most frequent errors. On
+    /// Redis they are found by SCAN (both layouts); on RabbitMQ name them with --queue.
+    List {
+        #[command(flatten)]
+        broker: BrokerArgs,
+        /// A queue to include (repeatable); on RabbitMQ the queues to list.
+        #[arg(long = "queue", value_name = "QUEUE")]
+        queues: Vec<String>,
+        /// A topology plan (`polyq acemq topology plan` output): its `.dlq` and `.parked`
+        /// queues are listed.
+        #[arg(long, value_name = "FILE")]
+        topology: Option<PathBuf>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// The messages of a dead-letter queue, decoded beside the wire message, none consumed.
+    Show {
+        #[command(flatten)]
+        target: QueueArgs,
+        /// Show at most this many of the selected messages.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[command(flatten)]
+        selection: Selection,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// The failures of a dead-letter queue grouped by error fingerprint.
+    Groups {
+        #[command(flatten)]
+        target: QueueArgs,
+        #[command(flatten)]
+        selection: Selection,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Moves the selected messages back to the queue they failed on (AceMQ replay, BabelQueue
+    /// redrive), each published and confirmed before it leaves the dead-letter queue.
+    #[command(visible_alias = "redrive")]
+    Replay {
+        #[command(flatten)]
+        target: QueueArgs,
+        #[command(flatten)]
+        selection: Selection,
+    },
+    /// Removes the selected messages (at least one filter is required; `purge` removes all).
+    Delete {
+        #[command(flatten)]
+        target: QueueArgs,
+        #[command(flatten)]
+        selection: Selection,
+    },
+    /// Removes every message of the queue, after asking (or with --yes).
+    Purge {
+        #[command(flatten)]
+        target: QueueArgs,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Writes the selected messages to a file, one message JSON object per line, none consumed.
+    Export {
+        #[command(flatten)]
+        target: QueueArgs,
+        /// The file to write.
+        #[arg(long)]
+        to: PathBuf,
+        #[command(flatten)]
+        selection: Selection,
+    },
+    /// Puts the messages of an export on the tail of a queue, bytes and headers as they were.
+    Import {
+        #[command(flatten)]
+        broker: BrokerArgs,
+        /// The queue to put them on.
+        #[arg(long)]
+        queue: String,
+        /// The file `export` wrote.
+        #[arg(long)]
+        from: PathBuf,
+    },
+}
+
+/// A dead-letter or parked queue and its broker.
+#[derive(Debug, clap::Args)]
+pub(crate) struct QueueArgs {
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// The dead-letter (or parked) queue.
+    #[arg(long)]
+    queue: String,
+}
+
+/// How results are written.
+#[derive(Debug, clap::Args)]
+pub(crate) struct OutputArgs {
+    /// A table, or one JSON object per line (the default when standard output is not a
+    /// terminal).
+    #[arg(long, value_enum)]
+    output: Option<Format>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+impl OutputArgs {
+    fn output(&self) -> Output {
+        match self.output {
+            Some(Format::Json) => Output::Json,
+            Some(Format::Table) => Output::Table,
+            None if std::io::stdout().is_terminal() => Output::Table,
+            None => Output::Json,
+        }
+    }
+}
+
+/// Runs one verb.
+pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::List {
+            broker,
+            mut queues,
+            topology,
+            output,
+        } => {
+            if let Some(path) = topology {
+                queues.extend(set_aside_queues(&path)?);
+            }
+            list(&broker, queues, output.output()).await
+        }
+        Command::Show {
+            target: QueueArgs { broker, queue },
+            limit,
+            selection,
+            output,
+        } => {
+            let rows = selected(&Store::open(&broker).await?, &queue, &selection).await?;
+            let shown = rows.iter().take(limit.unwrap_or(usize::MAX));
+            output.output().rows(shown)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Groups {
+            target: QueueArgs { broker, queue },
+            selection,
+            output,
+        } => {
+            let rows = selected(&Store::open(&broker).await?, &queue, &selection).await?;
+            output.output().groups(&render::groups(&rows))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Replay {
+            target: QueueArgs { broker, queue },
+            selection,
+        } => replay(&broker, &queue, &selection).await,
+        Command::Delete {
+            target: QueueArgs { broker, queue },
+            selection,
+        } => {
+            anyhow::ensure!(
+                !selection.is_everything(),
+                "delete needs a selection (--id, --group, --type, --error, --older-than or \
+                 --grep); `polyq dlq purge` removes everything"
+            );
+            let store = Store::open(&broker).await?;
+            let redis = store.is_redis();
+            let now = OffsetDateTime::now_utc();
+            let mut position = 0;
+            let removed = store
+                .remove(&queue, |message| {
+                    position += 1;
+                    let stored = store::Stored {
+                        message: message.clone(),
+                        redelivered: false,
+                    };
+                    selection.matches(&Row::read(position - 1, stored, redis, now))
+                })
+                .await?;
+            println!(
+                "{}",
+                serde_json::json!({"queue": queue, "deleted": removed})
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Purge {
+            target: QueueArgs { broker, queue },
+            yes,
+        } => {
+            if !yes && !confirmed(&format!("remove every message of {queue}?"))? {
+                anyhow::bail!("not purged: answer `y` or pass --yes");
+            }
+            let purged = Store::open(&broker).await?.purge(&queue).await?;
+            println!("{}", serde_json::json!({"queue": queue, "purged": purged}));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Export {
+            target: QueueArgs { broker, queue },
+            to,
+            selection,
+        } => {
+            let rows = selected(&Store::open(&broker).await?, &queue, &selection).await?;
+            let file =
+                std::fs::File::create(&to).with_context(|| format!("--to {}", to.display()))?;
+            let mut writer = std::io::BufWriter::new(file);
+            for row in &rows {
+                serde_json::to_writer(&mut writer, &row.message)?;
+                writer.write_all(b"\n")?;
+            }
+            writer
+                .flush()
+                .with_context(|| format!("--to {}", to.display()))?;
+            println!(
+                "{}",
+                serde_json::json!({"queue": queue, "exported": rows.len(), "to": to})
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import {
+            broker,
+            queue,
+            from,
+        } => {
+            let messages = read_export(&from)?;
+            let store = Store::open(&broker).await?;
+            let progress = Progress::new(messages.len() as u64, &format!("import to {queue}"));
+            let outcome = store.push(&queue, &messages, || progress.advance()).await;
+            progress.finish();
+            outcome?;
+            println!(
+                "{}",
+                serde_json::json!({"queue": queue, "imported": messages.len()})
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The messages of `queue` that `selection` picks, in queue order.
+async fn selected(store: &Store, queue: &str, selection: &Selection) -> anyhow::Result<Vec<Row>> {
+    let now = OffsetDateTime::now_utc();
+    let redis = store.is_redis();
+    Ok(store
+        .read(queue)
+        .await?
+        .into_iter()
+        .enumerate()
+        .map(|(position, stored)| Row::read(position, stored, redis, now))
+        .filter(|row| selection.matches(row))
+        .collect())
+}
+
+async fn list(
+    store_args: &BrokerArgs,
+    named: Vec<String>,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let store = Store::open(store_args).await?;
+    let mut queues = store.dead_letter_queues().await?;
+    queues.extend(named);
+    queues.sort();
+    queues.dedup();
+    if queues.is_empty() && !store.is_redis() {
+        anyhow::bail!(
+            "name the dead-letter queues with --queue or --topology (RabbitMQ cannot list its \
+             queues over AMQP)"
+        );
+    }
+    let mut summaries = Vec::with_capacity(queues.len());
+    for queue in queues {
+        let rows = selected(&store, &queue, &Selection::default()).await?;
+        summaries.push(render::QueueSummary::of(&queue, &rows));
+    }
+    output.queues(&summaries)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Replays (AceMQ) or redrives (BabelQueue) the selected messages of `queue`. Everything of a
+/// family goes when nothing is selected; otherwise the ids read first are the filter.
+async fn replay(
+    broker: &BrokerArgs,
+    queue: &str,
+    selection: &Selection,
+) -> anyhow::Result<ExitCode> {
+    let store = Store::open(broker).await?;
+    let rows = selected(&store, queue, selection).await?;
+    let everything = selection.is_everything();
+    let ids = |family: Family| -> HashSet<String> {
+        rows.iter()
+            .filter(|row| row.summary.family == family)
+            .filter_map(|row| row.summary.id.clone())
+            .collect()
+    };
+    let (acemq_ids, babel_ids) = (ids(Family::Acemq), ids(Family::Babelqueue));
+    let count = |family: Family| {
+        rows.iter()
+            .filter(|row| row.summary.family == family)
+            .count()
+    };
+    let progress = Progress::new(rows.len() as u64, &format!("replay {queue}"));
+    let mut moved = BTreeMap::new();
+    if count(Family::Acemq) > 0 {
+        let mq = acemq::AceMq::builder()
+            .url(broker.url.as_str())
+            .client_name("polyq")
+            .connect()
+            .await
+            .with_context(|| format!("--url {}", polyq_amqp::redact_url(&broker.url)))?;
+        let mut replay = Replay::from_queue(&mq, queue)
+            .with_context(|| format!("--queue {queue}: not a .dlq or .parked queue"))?;
+        // AceMQ reads any AMQP message, so beside BabelQueue jobs only the AceMQ ones read
+        // first are replayed.
+        if !everything || count(Family::Babelqueue) > 0 {
+            replay = replay.filter(move |envelope| acemq_ids.contains(envelope.id()));
+        }
+        let outcome = replay
+            .run_with_progress(|report| progress.set(report.moved))
+            .await;
+        mq.close().await.ok();
+        moved.insert("acemq", outcome?.moved);
+    }
+    if count(Family::Babelqueue) > 0 {
+        let transport = AnyTransport::connect(
+            &broker.url,
+            ConnectOptions::default().redis_layout(broker.layout().into()),
+        )
+        .await
+        .with_context(|| format!("--url {}", polyq_amqp::redact_url(&broker.url)))?;
+        let mut options = RedriveOptions::new();
+        if !everything {
+            options = options.filter(move |envelope| {
+                envelope
+                    .meta()
+                    .and_then(babelqueue::Meta::id)
+                    .is_some_and(|id| babel_ids.contains(id))
+            });
+        }
+        let transport = Counted::new(transport, queue, 0);
+        let outcome = babelqueue::redrive::redrive(&transport, queue, &options).await;
+        transport.finish();
+        moved.insert("babelqueue", outcome?.redriven as u64);
+    }
+    progress.finish();
+    println!("{}", serde_json::json!({"queue": queue, "moved": moved}));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `.dlq` and `.parked` queues of a topology plan.
+fn set_aside_queues(path: &PathBuf) -> anyhow::Result<Vec<String>> {
+    let named = || format!("--topology {}", path.display());
+    let text = std::fs::read_to_string(path).with_context(named)?;
+    let plan: Value = serde_json::from_str(&text).with_context(named)?;
+    let queues = plan["queues"]
+        .as_array()
+        .with_context(|| format!("{}: expected a plan with a `queues` array", named()))?;
+    Ok(queues
+        .iter()
+        .filter_map(|queue| queue["name"].as_str())
+        .filter(|name| name.ends_with(".dlq") || name.ends_with(".parked"))
+        .map(str::to_owned)
+        .collect())
+}
+
+fn confirmed(question: &str) -> anyhow::Result<bool> {
+    eprint!("{question} [y/N] ");
+    std::io::stderr().flush().ok();
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+fn read_export(path: &PathBuf) -> anyhow::Result<Vec<MessageJson>> {
+    let named = || format!("--from {}", path.display());
+    let file = std::fs::File::open(path).with_context(named)?;
+    let mut messages = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(named)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let message = MessageJson::parse(&line)
+            .with_context(|| format!("--from {} line {}", path.display(), n + 1))?;
+        messages.push(message);
+    }
+    Ok(messages)
+}
