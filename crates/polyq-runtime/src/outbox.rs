@@ -66,6 +66,22 @@ where
     }
 }
 
+/// Whether a database error is the connection: lost, refused, or none to be had from the pool.
+#[cfg(feature = "sqlx")]
+pub fn sqlx_is_connection(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+    )
+}
+
+/// Whether the statement can succeed when tried again later: the connection failed
+/// ([`sqlx_is_connection`]) or the driver's worker crashed, not a mistake in the statement.
+#[cfg(feature = "sqlx")]
+pub fn sqlx_is_transient(error: &sqlx::Error) -> bool {
+    sqlx_is_connection(error) || matches!(error, sqlx::Error::WorkerCrashed)
+}
+
 /// Whether `name` is a plain SQL identifier (ASCII letters, digits and `_`, not starting with a
 /// digit, at most 63 bytes, PostgreSQL's limit): a table name reaches SQL by interpolation,
 /// since no database binds identifiers as parameters, so nothing else may pass.
@@ -86,6 +102,17 @@ pub fn is_plain_sql_identifier(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "sqlx")]
+    #[test]
+    fn database_errors_are_classed() {
+        let refused = || sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into());
+        assert!(sqlx_is_connection(&refused()) && sqlx_is_transient(&refused()));
+        assert!(sqlx_is_connection(&sqlx::Error::PoolTimedOut));
+        assert!(!sqlx_is_connection(&sqlx::Error::WorkerCrashed));
+        assert!(sqlx_is_transient(&sqlx::Error::WorkerCrashed));
+        assert!(!sqlx_is_transient(&sqlx::Error::RowNotFound));
+    }
 
     #[test]
     fn only_plain_identifiers_pass() {

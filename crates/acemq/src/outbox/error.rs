@@ -42,13 +42,7 @@ impl OutboxError {
     /// exhausted, not a mistake in the statement or the configuration.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Database { source, .. } => matches!(
-                source,
-                sqlx::Error::Io(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::WorkerCrashed
-            ),
+            Self::Database { source, .. } => polyq_runtime::outbox::sqlx_is_transient(source),
             Self::Message(error) => error.is_transient(),
             Self::InvalidTable(_) | Self::InvalidOption { .. } => false,
         }
@@ -56,12 +50,6 @@ impl OutboxError {
 
     /// Whether the database connection was lost or could not be had.
     pub fn is_connection(&self) -> bool {
-        matches!(
-            self,
-            Self::Database {
-                source: sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed,
-                ..
-            }
-        )
+        matches!(self, Self::Database { source, .. } if polyq_runtime::outbox::sqlx_is_connection(source))
     }
 }

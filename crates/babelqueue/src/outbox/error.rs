@@ -38,24 +38,11 @@ impl OutboxError {
     /// Whether trying again later can succeed: the database was unreachable or the pool was
     /// exhausted, not a mistake in the statement, the envelope or the configuration.
     pub fn is_transient(&self) -> bool {
-        self.is_connection()
-            || matches!(
-                self,
-                Self::Database {
-                    source: sqlx::Error::WorkerCrashed,
-                    ..
-                }
-            )
+        matches!(self, Self::Database { source, .. } if polyq_runtime::outbox::sqlx_is_transient(source))
     }
 
     /// Whether the database connection was lost or could not be had.
     pub fn is_connection(&self) -> bool {
-        matches!(
-            self,
-            Self::Database {
-                source: sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed,
-                ..
-            }
-        )
+        matches!(self, Self::Database { source, .. } if polyq_runtime::outbox::sqlx_is_connection(source))
     }
 }
