@@ -31,6 +31,21 @@ impl OutboxStatus {
     }
 }
 
+#[cfg(feature = "sqlx")]
+impl OutboxStatus {
+    /// The status from a row of the outbox's status query: the columns `pending` and `failed`
+    /// (`bigint`) and `age` (`double precision`, seconds), as [`OutboxStatus::from_sql`] reads
+    /// them.
+    pub fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        Ok(Self::from_sql(
+            row.try_get("pending")?,
+            row.try_get("failed")?,
+            row.try_get("age")?,
+        ))
+    }
+}
+
 /// The backoff after a row's publish failed for the `prior_attempts + 1`-th time: `step` per
 /// failure, at most `cap` (linear and bounded, as the BabelQueue Go relay).
 ///

@@ -219,14 +219,7 @@ impl Table {
         .fetch_one(db)
         .await
         .map_err(self.failed("read the status of"))?;
-        let read = || -> Result<OutboxStatus, sqlx::Error> {
-            Ok(OutboxStatus::from_sql(
-                row.try_get("pending")?,
-                row.try_get("failed")?,
-                row.try_get("age")?,
-            ))
-        };
-        read().map_err(self.failed("read the status of"))
+        OutboxStatus::from_row(&row).map_err(self.failed("read the status of"))
     }
 }
 
