@@ -225,6 +225,7 @@ impl Error {
     pub fn may_have_been_published(&self) -> bool {
         match self {
             Error::Amqp(error) => error.may_have_been_published(),
+            Error::Redis { kind, .. } => *kind == RedisErrorKind::Unreplicated,
             Error::Redrive { source, .. } => source.may_have_been_published(),
             _ => false,
         }
@@ -248,6 +249,16 @@ pub enum RedisErrorKind {
     /// A body that is not UTF-8 was given with out-of-band headers, which only a JSON header
     /// frame can carry.
     Unframeable,
+    /// On a Redis Cluster, the keys one step would touch are in different hash slots (a queue
+    /// named without a hash tag, or a retry or dead-letter queue with another tag). Nothing was
+    /// sent; the message says how to name the queue.
+    CrossSlot,
+    /// Fewer replicas than asked for ([`RedisOptions::wait_for_replicas`]) acknowledged a push
+    /// or settle in time. The write is done on the master and not undone, but may be lost if
+    /// the master fails before a replica has it; publishing again may duplicate the message.
+    ///
+    /// [`RedisOptions::wait_for_replicas`]: crate::transport::redis::RedisOptions::wait_for_replicas
+    Unreplicated,
 }
 
 /// `Result` with the crate's [`Error`].

@@ -6,6 +6,7 @@
 pub mod brokers;
 pub mod rabbitmq;
 pub mod rabbitmq_node;
+pub mod redis_nodes;
 mod shared_fixtures;
 pub mod tls;
 

@@ -132,7 +132,7 @@ impl AnyTransport {
                 ))
             }
             #[cfg(feature = "redis")]
-            "redis" | "rediss" => {
+            "redis" | "rediss" | "redis+sentinel" | "redis+cluster" => {
                 let redis = if options.tls.is_set() {
                     options.redis.tls(options.tls)
                 } else {
@@ -150,7 +150,9 @@ impl AnyTransport {
             _ => Err(Error::UnsupportedUrl {
                 url: polyq_amqp::redact_url(url),
                 reason: if cfg!(feature = "redis") {
-                    "expected memory://, amqp://, amqps://, redis:// or rediss://".to_owned()
+                    "expected memory://, amqp://, amqps://, redis://, rediss://, \
+                     redis+sentinel:// or redis+cluster://"
+                        .to_owned()
                 } else {
                     "expected memory://, amqp:// or amqps:// (redis:// needs the `redis` feature)"
                         .to_owned()

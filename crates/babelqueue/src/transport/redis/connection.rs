@@ -1,17 +1,18 @@
-//! The connections of one transport: a reconnecting multiplexed connection for commands and
-//! scripts (concurrent calls share it and are pipelined), and a pool of connections for blocking
-//! waits, which would otherwise hold up every command queued behind them.
+//! The connections of one transport: one for commands and scripts (concurrent calls share it and
+//! are pipelined; it reconnects by itself, under Sentinel to the master named then), and a pool
+//! of connections for blocking waits, which would otherwise hold up every command queued behind
+//! them. Writes that must reach replicas carry a `WAIT` in the same pipeline, so it counts the
+//! write it follows.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{
-    AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, FromRedisValue, RedisError,
-    ScriptInvocation, TlsCertificates,
-};
+use redis::cluster_routing::Slot;
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 
-use super::{RedisErrorKind, RedisOptions};
+use super::endpoint::{Commands, Endpoint, Link};
+use super::scripts::Call;
+use super::{RedisErrorKind, RedisOptions, ReplicaAcks};
 use crate::Error;
 
 /// Idle waiting connections kept for reuse; more are opened while more callers wait at once.
@@ -19,17 +20,33 @@ const IDLE_WAITERS: usize = 16;
 
 pub(super) struct Connection {
     shown: Arc<str>,
-    client: Client,
-    commands: ConnectionManager,
-    waiting: Mutex<Vec<MultiplexedConnection>>,
+    endpoint: Endpoint,
+    commands: Commands,
+    command_config: AsyncConnectionConfig,
+    waiting: Mutex<Vec<Link>>,
     waiting_config: AsyncConnectionConfig,
+    acks: Option<ReplicaAcks>,
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
             .field("url", &self.shown)
+            .field("endpoint", &self.endpoint)
+            .field("acks", &self.acks)
             .finish_non_exhaustive()
+    }
+}
+
+/// Why a command failed: the client's error, or too few replicas acknowledged the write.
+enum Failure {
+    Redis(RedisError),
+    Unreplicated { acked: u32, acks: ReplicaAcks },
+}
+
+impl From<RedisError> for Failure {
+    fn from(error: RedisError) -> Self {
+        Failure::Redis(error)
     }
 }
 
@@ -38,78 +55,194 @@ impl Connection {
         options.validate()?;
         let shown: Arc<str> = polyq_amqp::redact_url(url).into();
         let hide = |message: &str| message.replace(url, &shown);
-        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-            return Err(Error::UnsupportedUrl {
+        let (endpoint, from_url) =
+            Endpoint::parse(url, options).map_err(|reason| Error::UnsupportedUrl {
                 url: shown.to_string(),
-                reason: "a Redis transport takes redis://host[:port][/db] or rediss://…".to_owned(),
-            });
-        }
-        options
-            .tls
-            .check_scheme(url.starts_with("rediss://"))
-            .map_err(|reason| Error::UnsupportedUrl {
-                url: shown.to_string(),
-                reason: reason.to_owned(),
+                reason: hide(&reason),
             })?;
-        let tls = &options.tls;
-        let client = if !tls.is_set() {
-            Client::open(url)
-        } else {
-            Client::build_with_tls(
-                url,
-                TlsCertificates {
-                    client_tls: tls.client_certificate_pem().map(|(certificate, key)| {
-                        ClientTlsConfig {
-                            client_cert: certificate.as_bytes().to_vec(),
-                            client_key: key.as_bytes().to_vec(),
-                        }
-                    }),
-                    root_cert: tls
-                        .root_certificates_pem()
-                        .map(|pem| pem.as_bytes().to_vec()),
-                },
-            )
+        let acks = from_url.or(options.wait_for_replicas);
+        if let Some(acks) = acks {
+            acks.validate(options.response_timeout)?;
         }
-        .map_err(|error| Error::UnsupportedUrl {
-            url: shown.to_string(),
-            reason: hide(&error.to_string()),
-        })?;
+        let command_config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connection_timeout))
+            .set_response_timeout(Some(options.response_timeout));
         let waiting_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.connection_timeout))
             .set_response_timeout(Some(options.response_timeout + options.block_slice));
         // Connecting a waiting connection first fails fast on an unreachable server; the
         // connection manager would retry with backoff before giving up.
-        let first = client
-            .get_multiplexed_async_connection_with_config(&waiting_config)
+        let first = endpoint
+            .open(&waiting_config)
             .await
             .map_err(|error| failed(&shown, "connect".to_owned(), error, hide))?;
-        let commands = ConnectionManager::new_lazy_with_config(
-            client.clone(),
-            ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(options.connection_timeout))
-                .set_response_timeout(Some(options.response_timeout)),
-        )
-        .map_err(|error| failed(&shown, "connect".to_owned(), error, hide))?;
+        let commands = endpoint
+            .commands(options)
+            .await
+            .map_err(|error| failed(&shown, "connect".to_owned(), error, hide))?;
         Ok(Self {
             shown,
-            client,
+            endpoint,
             commands,
+            command_config,
             waiting: Mutex::new(vec![first]),
             waiting_config,
+            acks,
         })
     }
 
     /// Runs a script on the command connection.
     pub(super) async fn invoke<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        call: &Call,
         operation: impl FnOnce() -> String,
     ) -> crate::Result<T> {
-        let mut commands = self.commands.clone();
-        invocation
-            .invoke_async(&mut commands)
-            .await
-            .map_err(|error| failed(&self.shown, operation(), error, str::to_owned))
+        self.call(call, false, operation).await
+    }
+
+    /// Runs a script that pushes or settles: with replica acknowledgements asked for, it
+    /// succeeds only once that many replicas have the write.
+    pub(super) async fn invoke_durable<T: FromRedisValue>(
+        &self,
+        call: &Call,
+        operation: impl FnOnce() -> String,
+    ) -> crate::Result<T> {
+        self.call(call, true, operation).await
+    }
+
+    async fn call<T: FromRedisValue>(
+        &self,
+        call: &Call,
+        durable: bool,
+        operation: impl FnOnce() -> String,
+    ) -> crate::Result<T> {
+        if !self.one_slot(call.keys()) {
+            let keys: Vec<String> = call
+                .keys()
+                .iter()
+                .map(|key| String::from_utf8_lossy(key).into_owned())
+                .collect();
+            return Err(self.cross_slot(operation(), &keys, None));
+        }
+        let command = call.command();
+        let answer = match self.run(&command, durable).await {
+            // A server that does not know the script yet (a new node, a promoted replica)
+            // gets it, then the call once more.
+            Err(Failure::Redis(error))
+                if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                match self.load(call).await {
+                    Ok(()) => self.run(&command, durable).await,
+                    Err(error) => Err(Failure::Redis(error)),
+                }
+            }
+            answer => answer,
+        };
+        answer.map_err(|failure| self.failure(operation(), failure))
+    }
+
+    async fn load(&self, call: &Call) -> redis::RedisResult<()> {
+        let mut link = self
+            .commands
+            .link(&self.endpoint, &self.command_config)
+            .await?;
+        call.script().load_async(&mut link).await.map(drop)
+    }
+
+    /// Sends `command`, followed in the same pipeline by a `WAIT` when it must reach replicas.
+    async fn run<T: FromRedisValue>(&self, command: &Cmd, durable: bool) -> Result<T, Failure> {
+        let mut link = self
+            .commands
+            .link(&self.endpoint, &self.command_config)
+            .await?;
+        let answer = match self.acks.filter(|_| durable) {
+            None => command.query_async(&mut link).await,
+            Some(acks) => {
+                let mut pipeline = redis::pipe();
+                pipeline
+                    .add_command(command.clone())
+                    .cmd("WAIT")
+                    .arg(acks.replicas)
+                    .arg(acks.timeout_ms());
+                match pipeline.query_async::<(T, u32)>(&mut link).await {
+                    Ok((answer, acked)) if acked >= acks.replicas => Ok(answer),
+                    Ok((_, acked)) => return Err(Failure::Unreplicated { acked, acks }),
+                    Err(error) => Err(error),
+                }
+            }
+        };
+        if let Err(error) = &answer {
+            self.commands.failed(error).await;
+        }
+        Ok(answer?)
+    }
+
+    /// Whether every one of `keys` is in one slot: always on a single node.
+    fn one_slot(&self, keys: &[impl AsRef<[u8]>]) -> bool {
+        !self.endpoint.is_cluster()
+            || keys
+                .windows(2)
+                .all(|pair| Slot::for_key(&pair[0]) == Slot::for_key(&pair[1]))
+    }
+
+    /// Refuses, on a cluster, a queue whose `keys` (every key its layout derives from it) are
+    /// not all in one slot, before anything is sent.
+    pub(super) fn check_queue(
+        &self,
+        queue: &str,
+        keys: &[String],
+        operation: impl FnOnce() -> String,
+    ) -> crate::Result<()> {
+        if self.one_slot(keys) {
+            Ok(())
+        } else {
+            Err(self.cross_slot(operation(), keys, Some(queue)))
+        }
+    }
+
+    fn cross_slot(&self, operation: String, keys: &[String], queue: Option<&str>) -> Error {
+        let example = match queue {
+            Some(queue) if !queue.is_empty() => format!(
+                "\"{{{queue}}}\" instead of {queue:?}: its keys (\"{{{queue}}}:processing\", \
+                 \"{{{queue}}}.dlq\", \"queues:{{{queue}}}:reserved\", ...) then all hash on \
+                 {queue:?} alone"
+            ),
+            _ => "\"{orders}\": its keys (\"{orders}:processing\", \"{orders}.dlq\", ...) then \
+                  all hash on \"orders\" alone"
+                .to_owned(),
+        };
+        Error::Redis {
+            url: self.shown.to_string(),
+            operation,
+            kind: RedisErrorKind::CrossSlot,
+            message: format!(
+                "the keys {keys:?} are in different slots of the cluster, and each step of a \
+                 queue runs as one script, which a cluster runs only on keys of one slot; \
+                 nothing was sent. Name the queue with a hash tag, e.g. {example}; a retry or \
+                 dead-letter queue named apart needs the same tag"
+            ),
+            source: None,
+        }
+    }
+
+    fn failure(&self, operation: String, failure: Failure) -> Error {
+        match failure {
+            Failure::Redis(error) => failed(&self.shown, operation, error, str::to_owned),
+            Failure::Unreplicated { acked, acks } => Error::Redis {
+                url: self.shown.to_string(),
+                operation,
+                kind: RedisErrorKind::Unreplicated,
+                message: format!(
+                    "only {acked} of the {} replicas asked for acknowledged the write within \
+                     {} ms (WAIT): it is done on the master and not undone, but a failover \
+                     before a replica has it loses it; check the replicas, or raise \
+                     wait_timeout_ms or lower wait_replicas",
+                    acks.replicas,
+                    acks.timeout_ms()
+                ),
+                source: None,
+            },
+        }
     }
 
     /// Runs a script that settles `count` reservations and answers, for each in order, 1 when
@@ -118,11 +251,11 @@ impl Connection {
     /// itself whether it is still held.
     pub(super) async fn settle_each(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        call: &Call,
         count: usize,
         operation: impl Fn() -> String,
     ) -> Option<Vec<crate::Result<()>>> {
-        let settled: Vec<i64> = self.invoke(invocation, &operation).await.ok()?;
+        let settled: Vec<i64> = self.invoke_durable(call, &operation).await.ok()?;
         (settled.len() == count).then(|| {
             settled
                 .into_iter()
@@ -140,11 +273,21 @@ impl Connection {
         command: &Cmd,
         operation: impl FnOnce() -> String,
     ) -> crate::Result<T> {
-        let mut commands = self.commands.clone();
-        command
-            .query_async(&mut commands)
+        self.run(command, false)
             .await
-            .map_err(|error| failed(&self.shown, operation(), error, str::to_owned))
+            .map_err(|failure| self.failure(operation(), failure))
+    }
+
+    /// Runs a command that pushes or settles: with replica acknowledgements asked for, it
+    /// succeeds only once that many replicas have the write.
+    pub(super) async fn query_durable<T: FromRedisValue>(
+        &self,
+        command: &Cmd,
+        operation: impl FnOnce() -> String,
+    ) -> crate::Result<T> {
+        self.run(command, true)
+            .await
+            .map_err(|failure| self.failure(operation(), failure))
     }
 
     /// Up to `limit` values (all with `None`) from the head of the list `key`, in order, none
@@ -243,11 +386,7 @@ impl Connection {
             .pop();
         let mut connection = match idle {
             Some(connection) => connection,
-            None => {
-                self.client
-                    .get_multiplexed_async_connection_with_config(&self.waiting_config)
-                    .await?
-            }
+            None => self.endpoint.open(&self.waiting_config).await?,
         };
         let answer = command.query_async(&mut connection).await?;
         let mut idle = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -296,11 +435,19 @@ fn failed(
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_timeout()
-    {
+        || error.is_cluster_error()
+        || super::endpoint::needs_another_node(&error)
+        || matches!(
+            error.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::MasterNameNotFoundBySentinel
+                | ErrorKind::Server(ServerErrorKind::BusyLoading)
+        ) {
         (
             RedisErrorKind::Connection,
-            "the server could not be reached, or the connection broke or timed out; retrying \
-             later may succeed",
+            "the server could not be reached, the connection broke or timed out, or the node is \
+             not (or no longer) the master, or no Sentinel names a live one for the service; \
+             retrying later may succeed",
         )
     } else {
         (

@@ -199,7 +199,7 @@ impl RedisTransport {
         let _length: i64 = self
             .inner
             .connection
-            .query(redis::cmd("RPUSH").arg(queue).arg(stored), || {
+            .query_durable(redis::cmd("RPUSH").arg(queue).arg(stored), || {
                 format!("publish to {queue:?}")
             })
             .await?;
@@ -234,12 +234,13 @@ impl RedisTransport {
         if let Some(held) = self.take_held(queue).await {
             return Ok(Some(held));
         }
+        self.check_queue(queue, || format!("reserve from {queue:?}"))?;
         let options = &self.inner.options;
         let tokens: Vec<String> = (0..options.prefetch)
             .map(|_| format!("{:032x}", rand::random::<u128>()))
             .collect();
         let now = now_seconds();
-        let mut reserve = scripts::RESERVE.prepare_invoke();
+        let mut reserve = scripts::Call::new(&scripts::RESERVE);
         reserve
             .key(queue)
             .key(self.processing_key(queue))
@@ -341,6 +342,14 @@ impl RedisTransport {
         }
     }
 
+    /// Refuses, on a cluster, a queue whose keys (with its dead-letter queue's) span slots.
+    fn check_queue(&self, queue: &str, operation: impl FnOnce() -> String) -> crate::Result<()> {
+        let options = &self.inner.options;
+        let mut keys = options.default_layout_keys(queue).to_vec();
+        keys.push(options.dead_letter_queue(queue));
+        self.inner.connection.check_queue(queue, &keys, operation)
+    }
+
     /// The value to store for `body` with `headers`: the bare body when no header survives
     /// (blank names and values are dropped), else its header frame.
     fn stored_value(
@@ -376,7 +385,7 @@ impl RedisTransport {
         target: Option<(&str, &[u8], End)>,
         operation: impl Fn() -> String,
     ) -> crate::Result<()> {
-        let mut settle = scripts::SETTLE.prepare_invoke();
+        let mut settle = scripts::Call::new(&scripts::SETTLE);
         settle
             .key(self.processing_key(&receipt.queue))
             .key(self.deadlines_key(&receipt.queue))
@@ -388,7 +397,11 @@ impl RedisTransport {
                 settle.arg("head");
             }
         }
-        let settled: i64 = self.inner.connection.invoke(&settle, &operation).await?;
+        let settled: i64 = self
+            .inner
+            .connection
+            .invoke_durable(&settle, &operation)
+            .await?;
         GiveBack::settled(receipt.give_back.as_ref());
         if settled == 1 {
             Ok(())
@@ -469,11 +482,12 @@ impl Transport for RedisTransport {
         headers: &[(String, String)],
     ) -> crate::Result<()> {
         let operation = || format!("publish to {queue:?}");
+        self.check_queue(queue, operation)?;
         let value = self.stored_value(body, headers, operation)?;
         let _length: i64 = self
             .inner
             .connection
-            .query(redis::cmd("RPUSH").arg(queue).arg(&value[..]), operation)
+            .query_durable(redis::cmd("RPUSH").arg(queue).arg(&value[..]), operation)
             .await?;
         Ok(())
     }
@@ -532,7 +546,7 @@ impl Transport for RedisTransport {
         let Some(queue) = one_queue(receipts.iter().map(|receipt| receipt.queue.as_str())) else {
             return move_each_to_end(self, receipts).await;
         };
-        let mut settle = scripts::SETTLE_ALL_TO_END.prepare_invoke();
+        let mut settle = scripts::Call::new(&scripts::SETTLE_ALL_TO_END);
         settle
             .key(self.processing_key(queue))
             .key(self.deadlines_key(queue))

@@ -188,10 +188,11 @@ impl LaravelTransport {
 
     /// Migrates what is due, then reserves the head of `queue`; `None` when it is empty.
     async fn try_reserve(&self, queue: &str) -> crate::Result<Option<Reserved<LaravelReceipt>>> {
+        self.check_queue(queue, || format!("reserve from {queue:?}"))?;
         let options = &self.inner.options;
         let ready = self.key(queue);
         let now = now_seconds();
-        let mut pop = scripts::LARAVEL_POP.prepare_invoke();
+        let mut pop = scripts::Call::new(&scripts::LARAVEL_POP);
         pop.key(&ready)
             .key(format!("{ready}:reserved"))
             .key(format!("{ready}:notify"))
@@ -222,6 +223,14 @@ impl LaravelTransport {
                 },
             }
         }))
+    }
+
+    /// Refuses, on a cluster, a queue whose keys (with its dead-letter queue's) span slots.
+    fn check_queue(&self, queue: &str, operation: impl FnOnce() -> String) -> crate::Result<()> {
+        let options = &self.inner.options;
+        let mut keys = options.laravel_layout_keys(queue).to_vec();
+        keys.push(options.laravel_key(&options.dead_letter_queue(queue)));
+        self.inner.connection.check_queue(queue, &keys, operation)
     }
 
     /// Releases the reservation of `receipt` (one that gives nothing back itself) when the
@@ -263,14 +272,18 @@ impl LaravelTransport {
         operation: impl Fn() -> String,
     ) -> crate::Result<()> {
         let available_at = now_seconds().saturating_add(whole_seconds_up(delay));
-        let mut release = scripts::LARAVEL_RELEASE.prepare_invoke();
+        let mut release = scripts::Call::new(&scripts::LARAVEL_RELEASE);
         release
             .key(format!("{}:reserved", self.key(&receipt.queue)))
             .key(format!("{}:delayed", self.key(queue)))
             .arg(&receipt.reserved[..])
             .arg(body)
             .arg(available_at);
-        let settled: i64 = self.inner.connection.invoke(&release, &operation).await?;
+        let settled: i64 = self
+            .inner
+            .connection
+            .invoke_durable(&release, &operation)
+            .await?;
         receipt.settled();
         if settled == 1 {
             Ok(())
@@ -289,13 +302,17 @@ impl LaravelTransport {
         operation: impl Fn() -> String,
     ) -> crate::Result<()> {
         let target = self.key(queue);
-        let mut push = scripts::LARAVEL_SETTLE_PUSH.prepare_invoke();
+        let mut push = scripts::Call::new(&scripts::LARAVEL_SETTLE_PUSH);
         push.key(format!("{}:reserved", self.key(&receipt.queue)))
             .key(&target)
             .key(format!("{target}:notify"))
             .arg(&receipt.reserved[..])
             .arg(body);
-        let settled: i64 = self.inner.connection.invoke(&push, &operation).await?;
+        let settled: i64 = self
+            .inner
+            .connection
+            .invoke_durable(&push, &operation)
+            .await?;
         receipt.settled();
         if settled == 1 {
             Ok(())
@@ -331,14 +348,16 @@ impl Transport for LaravelTransport {
             );
         }
         let ready = self.key(queue);
-        let mut push = scripts::LARAVEL_PUSH.prepare_invoke();
+        let operation = || format!("publish to {ready:?}");
+        self.check_queue(queue, operation)?;
+        let mut push = scripts::Call::new(&scripts::LARAVEL_PUSH);
         push.key(&ready)
             .key(format!("{ready}:notify"))
             .arg(&body[..]);
         let _pushed: i64 = self
             .inner
             .connection
-            .invoke(&push, || format!("publish to {ready:?}"))
+            .invoke_durable(&push, operation)
             .await?;
         Ok(())
     }
@@ -363,7 +382,7 @@ impl Transport for LaravelTransport {
         let removed: i64 = self
             .inner
             .connection
-            .query(
+            .query_durable(
                 redis::cmd("ZREM").arg(&reserved).arg(&receipt.reserved[..]),
                 operation,
             )
@@ -433,7 +452,7 @@ impl Transport for LaravelTransport {
             return move_each_to_end(self, receipts).await;
         };
         let target = self.key(queue);
-        let mut push = scripts::LARAVEL_SETTLE_PUSH_ALL.prepare_invoke();
+        let mut push = scripts::Call::new(&scripts::LARAVEL_SETTLE_PUSH_ALL);
         push.key(format!("{target}:reserved"))
             .key(&target)
             .key(format!("{target}:notify"));

@@ -14,6 +14,7 @@
 
 mod connection;
 mod default_layout;
+mod endpoint;
 mod laravel;
 mod scripts;
 
@@ -59,6 +60,7 @@ pub struct RedisOptions {
     connection_timeout: Duration,
     response_timeout: Duration,
     tls: TlsOptions,
+    wait_for_replicas: Option<ReplicaAcks>,
 }
 
 impl Default for RedisOptions {
@@ -75,6 +77,7 @@ impl Default for RedisOptions {
             connection_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
             tls: TlsOptions::default(),
+            wait_for_replicas: None,
         }
     }
 }
@@ -169,6 +172,27 @@ impl RedisOptions {
     /// roots, no client certificate. Connecting `redis://` with settings here fails.
     pub fn tls(mut self, tls: TlsOptions) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// Makes every push and every settle (ack, retry, release, dead-letter, the moves back to a
+    /// queue) wait until `replicas` replicas have it (`WAIT replicas timeout`, sent with the
+    /// write), for at most `timeout`; the write fails with [`RedisErrorKind::Unreplicated`] when
+    /// fewer did. Replication stays asynchronous: this narrows the window in which a write the
+    /// master acknowledged is lost with the master, it does not close it (see
+    /// `docs/RELIABILITY.md`). The URL's `?wait_replicas=N&wait_timeout_ms=T` takes precedence.
+    /// `timeout` must be shorter than [`response_timeout`](Self::response_timeout). Reserves
+    /// never wait. Default: no waiting, as the other SDKs write.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use babelqueue::transport::redis::RedisOptions;
+    ///
+    /// let options = RedisOptions::new().wait_for_replicas(1, Duration::from_millis(500));
+    /// # let _ = options;
+    /// ```
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_for_replicas = (replicas > 0).then(|| ReplicaAcks::new(replicas, timeout));
         self
     }
 
@@ -273,6 +297,41 @@ impl RedisOptions {
     fn batch_arg(&self) -> i64 {
         self.migration_batch
             .map_or(-1, |n| i64::try_from(n.get()).unwrap_or(i64::MAX))
+    }
+}
+
+/// How many replicas must have a write before it counts as done, and how long to wait for
+/// them ([`RedisOptions::wait_for_replicas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ReplicaAcks {
+    replicas: u32,
+    timeout: Duration,
+}
+
+impl ReplicaAcks {
+    fn new(replicas: u32, timeout: Duration) -> Self {
+        Self { replicas, timeout }
+    }
+
+    /// `WAIT`'s timeout argument; never `0`, which `WAIT` reads as "forever".
+    fn timeout_ms(self) -> u64 {
+        u64::try_from(self.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    fn validate(self, response_timeout: Duration) -> crate::Result<()> {
+        if self.timeout.is_zero() || self.timeout >= response_timeout {
+            return Err(crate::Error::InvalidOption {
+                option: "wait_for_replicas",
+                reason: format!(
+                    "the timeout must be longer than zero and shorter than the response timeout \
+                     ({} ms), or the connection gives up on WAIT first",
+                    response_timeout.as_millis()
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -414,7 +473,7 @@ async fn move_in_one_script<T: Transport>(
     connection: &connection::Connection,
     queue: &str,
     receipts: &[&T::Receipt],
-    bulk: &redis::ScriptInvocation<'_>,
+    bulk: &scripts::Call,
     settled: impl Fn(&T::Receipt),
 ) -> Vec<crate::Result<()>> {
     let operation = || {

@@ -6,7 +6,60 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Cmd, Script, ToRedisArgs};
+
+/// A call of one of these scripts being put together, sent as `EVALSHA`. Its keys are known
+/// before it is sent, so a call whose keys a cluster keeps in different slots is refused
+/// without a round trip, and the call can ride in a pipeline (with a `WAIT` behind it).
+#[derive(Debug, Clone)]
+pub(super) struct Call {
+    script: &'static Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    /// A call of `script` with no keys or arguments yet.
+    pub(super) fn new(script: &'static Script) -> Self {
+        Self {
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Adds a key (several for a value that is a sequence).
+    pub(super) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    /// Adds an argument (several for a value that is a sequence).
+    pub(super) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// The keys it touches.
+    pub(super) fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+
+    /// The script, to load when the server does not know it.
+    pub(super) fn script(&self) -> &'static Script {
+        self.script
+    }
+
+    /// `EVALSHA <sha> <number of keys> <keys…> <arguments…>`.
+    pub(super) fn command(&self) -> Cmd {
+        redis::cmd("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args)
+            .clone()
+    }
+}
 
 /// Default layout, reserve. Sweeps first, then takes up to one message per token off the head
 /// of the ready list.
