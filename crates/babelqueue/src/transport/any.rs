@@ -132,7 +132,7 @@ impl AnyTransport {
                 ))
             }
             #[cfg(feature = "redis")]
-            "redis" | "rediss" | "redis+sentinel" | "redis+cluster" => {
+            scheme if crate::transport::redis::URL_SCHEMES.contains(&scheme) => {
                 let redis = if options.tls.is_set() {
                     options.redis.tls(options.tls)
                 } else {

@@ -125,7 +125,8 @@ pub(crate) enum Command {
 /// Where the jobs are.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Broker {
-    /// The broker: memory://, amqp://, amqps://, redis:// or rediss://.
+    /// The broker: memory://, amqp://, amqps://, redis://, rediss://, redis+sentinel://
+    /// (host:port[,host:port]/service) or redis+cluster:// (host:port[,host:port]).
     #[arg(long)]
     url: String,
     /// The Redis key layout.

@@ -43,7 +43,7 @@ enum Part {
 
 /// Runs the demo.
 pub(crate) async fn run(demo: Demo) -> anyhow::Result<ExitCode> {
-    let is_redis = demo.url.starts_with("redis://") || demo.url.starts_with("rediss://");
+    let is_redis = babelqueue::transport::redis::is_redis_url(&demo.url);
     let (acemq_part, babel_part) = match demo.part {
         None => (true, true),
         Some(Part::Acemq) => (true, false),

@@ -64,7 +64,7 @@ pub(crate) async fn run(doctor: Doctor) -> anyhow::Result<ExitCode> {
         .map(str::parse::<RetryPolicy>)
         .transpose()
         .context("--policy")?;
-    let findings = if doctor.url.starts_with("redis://") || doctor.url.starts_with("rediss://") {
+    let findings = if babelqueue::transport::redis::is_redis_url(&doctor.url) {
         redis_findings(&doctor).await?
     } else {
         amqp_findings(&doctor, policy.as_ref()).await?

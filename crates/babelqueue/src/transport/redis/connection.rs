@@ -337,28 +337,46 @@ impl Connection {
         pattern: &str,
         kind: &str,
     ) -> crate::Result<Vec<String>> {
-        let mut cursor: u64 = 0;
+        let operation = || format!("scan for {kind} keys matching {pattern:?}");
+        // A cluster node scans only its own keys: each master is scanned in turn.
+        let masters = match &self.commands {
+            Commands::Cluster(cluster) => super::endpoint::masters(&mut cluster.clone())
+                .await
+                .map_err(|error| failed(&self.shown, operation(), error, str::to_owned))?
+                .into_iter()
+                .map(Some)
+                .collect(),
+            _ => vec![None],
+        };
         let mut keys = Vec::new();
-        loop {
-            let command = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .arg("TYPE")
-                .arg(kind)
-                .clone();
-            let (next, page): (u64, Vec<String>) = self
-                .query(&command, || {
-                    format!("scan for {kind} keys matching {pattern:?}")
-                })
-                .await?;
-            keys.extend(page);
-            if next == 0 {
-                break;
+        for master in masters {
+            let mut cursor: u64 = 0;
+            loop {
+                let command = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .arg("TYPE")
+                    .arg(kind)
+                    .clone();
+                let (next, page): (u64, Vec<String>) = match (&master, &self.commands) {
+                    (Some(node), Commands::Cluster(cluster)) => {
+                        super::endpoint::on_node(&mut cluster.clone(), command, node)
+                            .await
+                            .map_err(|error| {
+                                failed(&self.shown, operation(), error, str::to_owned)
+                            })?
+                    }
+                    _ => self.query(&command, operation).await?,
+                };
+                keys.extend(page);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
         keys.sort();
         keys.dedup();

@@ -9,6 +9,7 @@ use redis::aio::{
 };
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionInfo, ErrorKind,
@@ -245,6 +246,50 @@ impl ConnectionLike for Link {
             Link::Cluster(connection) => connection.get_db(),
         }
     }
+}
+
+/// The masters of a cluster, as `host:port`, from `CLUSTER NODES` (those not failing).
+pub(super) async fn masters(cluster: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let nodes: String = redis::FromRedisValue::from_redis_value(
+        cluster
+            .route_command(
+                redis::cmd("CLUSTER").arg("NODES").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await?,
+    )?;
+    Ok(nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (address, flags) = (fields.nth(1)?, fields.next()?);
+            let is_master = flags.split(',').any(|flag| flag == "master");
+            let failing = flags.split(',').any(|flag| flag.starts_with("fail"));
+            if !is_master || failing {
+                return None;
+            }
+            let (host, port) = address.split('@').next()?.rsplit_once(':')?;
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect())
+}
+
+/// Runs `command` on the cluster node at `host:port`.
+pub(super) async fn on_node<T: redis::FromRedisValue>(
+    cluster: &mut ClusterConnection,
+    command: Cmd,
+    (host, port): &(String, u16),
+) -> RedisResult<T> {
+    let answer = cluster
+        .route_command(
+            command,
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            }),
+        )
+        .await?;
+    Ok(T::from_redis_value(answer)?)
 }
 
 /// A connection to the master the Sentinels name now (the client checks that the node says

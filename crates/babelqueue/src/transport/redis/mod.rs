@@ -32,6 +32,27 @@ pub use crate::error::RedisErrorKind;
 pub use default_layout::{RedisReceipt, RedisTransport};
 pub use laravel::{LaravelReceipt, LaravelTransport};
 
+/// The schemes of the URLs a Redis transport connects to.
+pub const URL_SCHEMES: [&str; 4] = ["redis", "rediss", "redis+sentinel", "redis+cluster"];
+
+/// Whether `url` names a Redis server: one node (`redis://`, `rediss://`), a service behind
+/// Redis Sentinel (`redis+sentinel://`) or a Redis Cluster (`redis+cluster://`).
+///
+/// ```
+/// use babelqueue::transport::redis::is_redis_url;
+///
+/// assert!(is_redis_url("redis+sentinel://127.0.0.1:26379/mymaster"));
+/// assert!(is_redis_url("REDIS://127.0.0.1"));
+/// assert!(!is_redis_url("amqp://127.0.0.1"));
+/// ```
+pub fn is_redis_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        URL_SCHEMES
+            .iter()
+            .any(|known| known.eq_ignore_ascii_case(scheme))
+    })
+}
+
 /// The keys the Laravel layout keeps beside a queue's ready list, by suffix.
 const LARAVEL_SUFFIXES: [&str; 3] = [":notify", ":reserved", ":delayed"];
 

@@ -14,7 +14,8 @@ use crate::cli::connect::TlsArgs;
 /// The broker of a `dlq` command.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BrokerArgs {
-    /// The broker: amqp://, amqps://, memory://, redis:// or rediss://.
+    /// The broker: amqp://, amqps://, memory://, redis://, rediss://, redis+sentinel://
+    /// (host:port[,host:port]/service) or redis+cluster:// (host:port[,host:port]).
     #[arg(long)]
     pub(crate) url: String,
     /// The Redis key layout.
@@ -96,7 +97,7 @@ impl Store {
     pub(crate) async fn open(args: &BrokerArgs) -> anyhow::Result<Self> {
         let named = || format!("--url {}", polyq_amqp::redact_url(&args.url));
         let tls = args.tls.options()?;
-        if args.url.starts_with("redis://") || args.url.starts_with("rediss://") {
+        if babelqueue::transport::redis::is_redis_url(&args.url) {
             let options = RedisOptions::new().tls(tls);
             let list = match args.layout {
                 Layout::Default => RedisList::Default(
