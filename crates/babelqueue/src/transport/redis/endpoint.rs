@@ -258,7 +258,12 @@ pub(super) async fn masters(cluster: &mut ClusterConnection) -> RedisResult<Vec<
             )
             .await?,
     )?;
-    Ok(nodes
+    Ok(parse_masters(&nodes))
+}
+
+/// The masters not failing in the text of `CLUSTER NODES`, as `host:port`.
+fn parse_masters(nodes: &str) -> Vec<(String, u16)> {
+    nodes
         .lines()
         .filter_map(|line| {
             let mut fields = line.split_whitespace();
@@ -271,7 +276,7 @@ pub(super) async fn masters(cluster: &mut ClusterConnection) -> RedisResult<Vec<
             let (host, port) = address.split('@').next()?.rsplit_once(':')?;
             Some((host.to_owned(), port.parse().ok()?))
         })
-        .collect())
+        .collect()
 }
 
 /// Runs `command` on the cluster node at `host:port`.
@@ -487,6 +492,25 @@ mod tests {
         let (_, none) =
             Endpoint::parse("redis://127.0.0.1/0?wait_replicas=0", &RedisOptions::new()).unwrap();
         assert_eq!(none, None);
+    }
+
+    #[test]
+    fn the_masters_are_those_not_failing() {
+        let nodes = "\
+a 127.0.0.1:7121@17121 master - 0 1 2 connected 5461-10922
+b 127.0.0.1:7123@17123 slave a 0 1 2 connected
+c 127.0.0.1:7120@17120 myself,master - 0 1 1 connected 0-5460
+d 127.0.0.1:7122@17122 master,fail - 0 1 3 disconnected
+e 127.0.0.1:7125@17125 master - 0 1 7 connected 10923-16383
+";
+        assert_eq!(
+            parse_masters(nodes),
+            [
+                ("127.0.0.1".to_owned(), 7121),
+                ("127.0.0.1".to_owned(), 7120),
+                ("127.0.0.1".to_owned(), 7125)
+            ]
+        );
     }
 
     #[test]

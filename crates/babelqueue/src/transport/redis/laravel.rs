@@ -116,7 +116,11 @@ impl LaravelReceipt {
 }
 
 impl LaravelTransport {
-    /// Connects to the server at `url` (`redis://host[:port][/db]`, or `rediss://` for TLS).
+    /// Connects to the server at `url`: `redis://host[:port][/db]`, `rediss://` for TLS,
+    /// `redis+sentinel://host:port[,host:port…]/service[/db]` for the master Redis Sentinel
+    /// names, or `redis+cluster://host:port[,host:port…]` for a Redis Cluster (queues named
+    /// with a hash tag, `{orders}`); any of them with `?wait_replicas=N&wait_timeout_ms=T`
+    /// ([`RedisOptions::wait_for_replicas`]).
     ///
     /// # Errors
     /// [`Error::UnsupportedUrl`](crate::Error::UnsupportedUrl) for a URL that is not a Redis

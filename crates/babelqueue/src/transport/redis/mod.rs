@@ -1,4 +1,5 @@
-//! The Redis bindings (`redis://`, `rediss://`), wire-compatible with the other SDKs:
+//! The Redis bindings (`redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://`),
+//! wire-compatible with the other SDKs:
 //!
 //! - [`RedisTransport`], the default layout every SDK shares: `RPUSH <queue>`, reservations in
 //!   `<queue>:processing` with deadlines in `<queue>:processing:deadlines`, the `__bq_frame`
@@ -11,6 +12,12 @@
 //! reservation is still held (otherwise it fails with [`RedisErrorKind::ReservationLost`] and
 //! writes nothing). Waiting for work blocks on the server in slices of at most a second on a
 //! connection of its own, never polls in a loop.
+//!
+//! Behind Redis Sentinel the transport follows the master the Sentinels name, asking again after
+//! a failure; on a Redis Cluster every key of a queue must be in one slot, so queues are named
+//! with a hash tag (`{orders}`) and one whose keys would span slots is refused before anything is
+//! sent ([`RedisErrorKind::CrossSlot`]). Pushes and settles can wait for replicas
+//! ([`RedisOptions::wait_for_replicas`]). `docs/RELIABILITY.md` says what each guarantees.
 
 mod connection;
 mod default_layout;
@@ -566,6 +573,33 @@ mod tests {
             assert_eq!(custom.queue_of_key(&key), "jobs", "{key}");
         }
         assert_eq!(custom.queue_of_key("queues:jobs"), "queues:jobs");
+    }
+
+    #[test]
+    fn a_hash_tag_keeps_every_key_of_either_layout_in_one_slot() {
+        use redis::cluster_routing::Slot;
+        let one_slot = |keys: Vec<String>| {
+            keys.windows(2)
+                .all(|pair| Slot::for_key(&pair[0]) == Slot::for_key(&pair[1]))
+        };
+        let every_key = |options: &RedisOptions, queue: &str| {
+            let dlq = options.dead_letter_queue(queue);
+            let mut keys = options.default_layout_keys(queue).to_vec();
+            keys.extend(options.laravel_layout_keys(queue));
+            keys.extend([dlq.clone(), options.laravel_key(&dlq)]);
+            keys
+        };
+        let options = RedisOptions::new();
+        assert!(one_slot(every_key(&options, "{orders}")));
+        assert!(one_slot(every_key(&options, "{orders}.high")));
+        assert!(!one_slot(every_key(&options, "orders")));
+        // An empty tag is no tag.
+        assert!(!one_slot(every_key(&options, "{}orders")));
+        let custom = RedisOptions::new()
+            .processing_suffix("-busy")
+            .dlq_suffix("-dead")
+            .key_prefix("app:");
+        assert!(one_slot(every_key(&custom, "{orders}")));
     }
 
     #[test]
