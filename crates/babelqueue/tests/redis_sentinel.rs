@@ -144,3 +144,37 @@ async fn an_unknown_service_fails_to_connect_naming_it() {
         "{error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_the_sentinels_run_is_followed_to_the_new_master() {
+    let nodes = RedisNodes::sentinel();
+    let url = format!("{}?{DURABLE}", nodes.url());
+    let name = polyq_testkit::unique_name("bq-sentinel-failover");
+    let queue = connect(&url, RedisLayout::Default, &name).await.unwrap();
+    queue.publish(URN, &json!({"n": 1})).await.unwrap();
+    let before = nodes.run(&["master"]);
+    tokio::task::block_in_place(|| nodes.run(&["failover"]));
+    assert_ne!(nodes.run(&["master"]), before);
+    // The old master answers READONLY now: the first write after the switch may fail
+    // transiently, the next ones go to the new master.
+    let started = Instant::now();
+    loop {
+        match queue.publish(URN, &json!({"n": 2})).await {
+            Ok(_) => break,
+            Err(error) if error.is_transient() && started.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("publishing after the failover: {error}"),
+        }
+    }
+    let transport = queue.transport();
+    for _ in 0..2 {
+        let reserved = transport
+            .reserve(&name, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("both messages, the one from before the failover too");
+        transport.ack(&reserved.receipt).await.unwrap();
+    }
+    assert_eq!(transport.depth(&name).await.unwrap(), 0);
+}
