@@ -26,6 +26,9 @@ const REDIS_PREFETCH: usize = 10;
 /// How long a reservation of a killed Redis worker stays out before the next reserve returns
 /// it: short, so that a kill loop does not wait on it, and far above one message's handling.
 const REDIS_RESERVATION: Duration = Duration::from_secs(2);
+/// The longest one publish may wait for its confirm before it counts as refused; beyond the
+/// libraries' own bounds, so that it only ends a publish they would leave waiting.
+const SEND_LIMIT: Duration = Duration::from_secs(60);
 /// Publishes in flight at once when a scenario fills a queue up front.
 const FILL_CONCURRENCY: usize = 64;
 
@@ -191,6 +194,49 @@ impl Binding {
         Ok(())
     }
 
+    /// Messages still held by the broker for `queue`: ready, reserved or delayed (Redis), or
+    /// ready and unacknowledged (RabbitMQ).
+    ///
+    /// # Errors
+    /// When the broker cannot be reached.
+    pub async fn pending(self, url: &str, queue: &str) -> anyhow::Result<u64> {
+        if self.is_redis() {
+            let client = redis::Client::open(url)?;
+            let mut connection = client.get_multiplexed_async_connection().await?;
+            let (lists, sets) = if self == Binding::BabelLaravel {
+                let ready = format!("queues:{queue}");
+                (
+                    vec![ready.clone()],
+                    vec![format!("{ready}:reserved"), format!("{ready}:delayed")],
+                )
+            } else {
+                (
+                    vec![queue.to_owned(), format!("{queue}:processing")],
+                    vec![],
+                )
+            };
+            let mut pending = 0;
+            for list in lists {
+                pending += redis::cmd("LLEN")
+                    .arg(list)
+                    .query_async::<u64>(&mut connection)
+                    .await?;
+            }
+            for set in sets {
+                pending += redis::cmd("ZCARD")
+                    .arg(set)
+                    .query_async::<u64>(&mut connection)
+                    .await?;
+            }
+            Ok(pending)
+        } else {
+            let client = polyq_amqp::Client::connect(url).await?;
+            let info = client.inspect_queue(queue).await?;
+            client.close().await?;
+            Ok(u64::from(info.message_count))
+        }
+    }
+
     /// Removes every queue or key of `queue` the scenario made.
     ///
     /// # Errors
@@ -290,6 +336,12 @@ impl Publisher {
     /// # Errors
     /// When it is not confirmed.
     pub async fn send(&self, seq: u64) -> anyhow::Result<()> {
+        tokio::time::timeout(SEND_LIMIT, self.send_unbounded(seq))
+            .await
+            .map_err(|_| anyhow::anyhow!("no confirm within {SEND_LIMIT:?}"))?
+    }
+
+    async fn send_unbounded(&self, seq: u64) -> anyhow::Result<()> {
         match self {
             Publisher::Acemq(_, publisher) => {
                 // One id per sequence number: a message sent again is the same message.

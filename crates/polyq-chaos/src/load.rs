@@ -21,7 +21,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How long publishers keep trying once the schedule has run out.
 const PUBLISH_SLACK: Duration = Duration::from_secs(60);
 /// How long the worker may take, after the last publish, to process what was confirmed.
-const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(20);
 
 /// The traffic of one scenario.
@@ -152,7 +152,14 @@ impl Load {
 
         let records = ledger.records();
         let tally = Tally::of(records.iter().map(|(seq, _)| *seq));
-        let lost = tally.missing(confirmed.iter().map(|(seq, _)| *seq));
+        let missing = tally.missing(confirmed.iter().map(|(seq, _)| *seq));
+        // Still in the queue is late, not lost: the scenario fails on it all the same.
+        let stranded = if missing > 0 {
+            self.binding.pending(&self.admin_url, queue).await?
+        } else {
+            0
+        };
+        let lost = missing.saturating_sub(stranded);
         let first_after = |instants: &mut dyn Iterator<Item = Instant>| {
             instants
                 .filter(|at| *at >= report.ended)
@@ -167,12 +174,24 @@ impl Load {
                 |d| format!("{:.2}s", d.as_secs_f64()),
             )
         };
+        let longest_pause = records
+            .iter()
+            .map(|(_, at)| *at)
+            .filter(|at| *at >= report.ended)
+            .fold((report.ended, Duration::ZERO), |(last, longest), at| {
+                (at, longest.max(at.saturating_duration_since(last)))
+            })
+            .1;
         let resent = refusals.count.load(Ordering::Acquire);
         let mut details = report.details;
         details.push(format!(
             "publishing back in {}, consuming in {}",
             seconds(publish_back),
             seconds(consume_back)
+        ));
+        details.push(format!(
+            "longest pause in processing after the fault {:.2}s",
+            longest_pause.as_secs_f64()
         ));
         if resent > 0 {
             details.push(format!(
@@ -185,6 +204,12 @@ impl Load {
             details.push(format!("{unconfirmed} never confirmed"));
         }
         let mut failure = report.failure;
+        if stranded > 0 {
+            failure = Some(format!(
+                "{stranded} messages still queued, unprocessed, {}s after the last publish",
+                DRAIN_LIMIT.as_secs()
+            ));
+        }
         match worker_result {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(error))) => {

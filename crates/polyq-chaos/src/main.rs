@@ -75,6 +75,15 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // The libraries' warnings (a reserve that failed and is retried, a reconnect) explain a
+    // scenario's figures; RUST_LOG selects more.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lapin=off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run(Cli::parse().command).await {
         Ok(code) => code,
         Err(error) => {

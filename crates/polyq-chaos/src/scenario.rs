@@ -181,6 +181,18 @@ impl Campaign {
     /// When it cannot be carried out (a broker that does not start, a queue that cannot be
     /// filled); what it measured is in the [`Outcome`] otherwise.
     pub async fn run(&mut self, scenario: Scenario) -> anyhow::Result<Outcome> {
+        let s = &self.settings;
+        // Beyond every bound inside: the traffic, the alarm, publishers' retries, the drain.
+        let limit = match scenario {
+            Scenario::Kill(_) => s.kill_limit + Duration::from_secs(60),
+            _ => s.lead + s.load + s.alarm + Duration::from_secs(240),
+        };
+        tokio::time::timeout(limit, self.run_unbounded(scenario))
+            .await
+            .map_err(|_| anyhow::anyhow!("did not finish within {limit:?}"))?
+    }
+
+    async fn run_unbounded(&mut self, scenario: Scenario) -> anyhow::Result<Outcome> {
         let name = scenario.to_string();
         let s = self.settings.clone();
         match scenario {
@@ -242,6 +254,8 @@ impl Campaign {
                 let proxy = self.proxy(&shared).await?;
                 let load = traffic(&s, binding, through(&shared, proxy.address())?, shared);
                 let cut = matches!(scenario, Scenario::Cut(_));
+                // Borrowed by the fault, so that it outlives the traffic.
+                let proxy = &proxy;
                 load.run(&name, |progress| async move {
                     progress.until_confirmed(lead_messages(&s)).await;
                     let before = progress.confirmed();
