@@ -34,8 +34,9 @@ enum Command {
     },
     /// Prints every scenario's name.
     List,
-    /// Steady traffic on BINDING at URL while COMMAND (run by `sh -c`) injects a fault, for
-    /// faults driven from outside such as a cluster node killed; prints one line.
+    /// Steady traffic on BINDING at URL while COMMAND (run by `sh -c`, with the queue's name
+    /// in POLYQ_CHAOS_QUEUE) injects a fault, for faults driven from outside such as a
+    /// cluster node killed; prints one line.
     Load {
         /// The scenario's name in the report.
         #[arg(long)]
@@ -173,6 +174,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     progress.until_confirmed(rate * lead_seconds).await;
                     let status = tokio::process::Command::new("sh")
                         .args(["-c", &fault])
+                        .env("POLYQ_CHAOS_QUEUE", progress.queue())
                         .status()
                         .await?;
                     let ended = Instant::now();
