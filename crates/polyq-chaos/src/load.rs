@@ -155,6 +155,7 @@ impl Load {
             }
             tokio::time::sleep(POLL).await;
         }
+        let stopped = Instant::now();
         shutdown.stop();
         let worker_result = tokio::time::timeout(Duration::from_secs(30), worker).await;
         if let Ok(publisher) = Arc::try_unwrap(progress) {
@@ -188,14 +189,19 @@ impl Load {
                 |d| format!("{:.2}s", d.as_secs_f64()),
             )
         };
-        let longest_pause = records
+        let (last_record, longest_pause) = records
             .iter()
             .map(|(_, at)| *at)
             .filter(|at| *at >= report.ended)
             .fold((report.ended, Duration::ZERO), |(last, longest), at| {
                 (at, longest.max(at.saturating_duration_since(last)))
-            })
-            .1;
+            });
+        // Work left over: processing never resumed after the last record.
+        let longest_pause = if missing > 0 {
+            longest_pause.max(stopped.saturating_duration_since(last_record))
+        } else {
+            longest_pause
+        };
         let resent = refusals.count.load(Ordering::Acquire);
         let mut details = report.details;
         details.push(format!(
@@ -218,12 +224,6 @@ impl Load {
             details.push(format!("{unconfirmed} never confirmed"));
         }
         let mut failure = report.failure;
-        if stranded > 0 {
-            failure = Some(format!(
-                "{stranded} messages still queued, unprocessed, {}s after the last publish",
-                DRAIN_LIMIT.as_secs()
-            ));
-        }
         match worker_result {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(error))) => {
@@ -235,6 +235,12 @@ impl Load {
             Err(_) => {
                 failure.get_or_insert("the worker did not stop within 30 s".to_owned());
             }
+        }
+        if stranded > 0 {
+            failure.get_or_insert(format!(
+                "{stranded} messages still queued, unprocessed, {}s after the last publish",
+                DRAIN_LIMIT.as_secs()
+            ));
         }
         Ok(Outcome {
             scenario: scenario.to_owned(),

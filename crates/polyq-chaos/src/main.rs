@@ -143,7 +143,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     }
                     Err(error) => {
                         passed = false;
-                        println!("{scenario:<26} FAIL could not run: {error:#}");
+                        println!("{scenario:<28} FAIL could not run: {error:#}");
                     }
                 }
             }

@@ -40,7 +40,7 @@ impl fmt::Display for Outcome {
             .map_or_else(|| "-".to_owned(), |r| format!("{:.2}s", r.as_secs_f64()));
         write!(
             f,
-            "{:<26} {} messages={} lost={} duplicates={} (bound {}) resume={}",
+            "{:<28} {} messages={} lost={} duplicates={} (bound {}) resume={}",
             self.scenario,
             if self.passed() { "ok  " } else { "FAIL" },
             self.messages,
