@@ -19,11 +19,9 @@ use polyq_amqp::{
     Client, ClientOptions, ConsumeOptions, Consumer, Delivery, Error, OutgoingMessage, Properties,
     PublishOutcome, QueueSpec,
 };
+use polyq_testkit::proxy::TcpProxy;
 use polyq_testkit::{amqp_url, unique_name};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tokio::time::timeout;
 
 /// Upper bound for anything awaited here; reaching it fails the test.
@@ -284,121 +282,6 @@ async fn consumer_and_publisher_carry_on_through_a_broker_side_close() {
     client.close().await.expect("closes");
 }
 
-/// A TCP proxy to the broker that can cut every connection and refuse new ones, to hold one
-/// client's connection down without touching anyone else's, and stop passing on what the
-/// client sends, so that the client's writes back up.
-struct Proxy {
-    address: SocketAddr,
-    up: Arc<AtomicBool>,
-    cut: broadcast::Sender<()>,
-    refused: watch::Receiver<u64>,
-    to_broker: watch::Sender<bool>,
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-        let address = listener.local_addr().expect("local address");
-        let up = Arc::new(AtomicBool::new(true));
-        let (cut, _) = broadcast::channel(4);
-        let (refused_tx, refused) = watch::channel(0u64);
-        let (to_broker, flowing) = watch::channel(true);
-        let (accept_up, accept_cut) = (up.clone(), cut.clone());
-        tokio::spawn(async move {
-            while let Ok((inbound, _)) = listener.accept().await {
-                if !accept_up.load(Ordering::Acquire) {
-                    drop(inbound);
-                    refused_tx.send_modify(|n| *n += 1);
-                    continue;
-                }
-                let mut cut = accept_cut.subscribe();
-                let flowing = flowing.clone();
-                tokio::spawn(async move {
-                    let Ok(outbound) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let (from_client, to_client) = inbound.into_split();
-                    let (from_broker, to_broker) = outbound.into_split();
-                    let (_, always) = watch::channel(true);
-                    // Cut first: a stall lifted after a cut must not let the cut connection's
-                    // buffered bytes through.
-                    tokio::select! {
-                        biased;
-                        _ = cut.recv() => {}
-                        _ = forward(from_client, to_broker, flowing) => {}
-                        _ = forward(from_broker, to_client, always) => {}
-                    }
-                });
-            }
-        });
-        Self {
-            address,
-            up,
-            cut,
-            refused,
-            to_broker,
-        }
-    }
-
-    /// Stops passing on what clients send (the broker's side still flows) until
-    /// [`Proxy::resume`]; bytes already sent wait in the sockets' buffers.
-    fn stall(&self) {
-        self.to_broker.send_replace(false);
-    }
-
-    fn resume(&self) {
-        self.to_broker.send_replace(true);
-    }
-
-    /// Cuts every proxied connection and refuses new ones until [`Proxy::restore`].
-    fn cut(&self) {
-        self.up.store(false, Ordering::Release);
-        let _ = self.cut.send(());
-    }
-
-    fn restore(&self) {
-        self.up.store(true, Ordering::Release);
-    }
-
-    /// Waits until the client has been refused `n` more times: proof that it knows its
-    /// connection is down and keeps trying.
-    async fn await_refusals(&mut self, n: u64) {
-        let target = *self.refused.borrow_and_update() + n;
-        timeout(LIMIT, self.refused.wait_for(|count| *count >= target))
-            .await
-            .expect("the client retried in time")
-            .expect("proxy alive");
-    }
-}
-
-/// Copies `from` to `to` while `flowing` says so. Reading stops as soon as it says not to, so
-/// that nothing sent during a stall gets through.
-async fn forward(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    mut flowing: watch::Receiver<bool>,
-) {
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        if flowing.wait_for(|flows| *flows).await.is_err() {
-            return;
-        }
-        let read = tokio::select! {
-            read = from.read(&mut buffer) => read,
-            // Reading is cancel-safe: nothing read is lost by looking at the flag again.
-            _ = flowing.changed() => continue,
-        };
-        match read {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if to.write_all(&buffer[..n]).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// The broker address of `url`, and `url` pointed at `proxy` instead.
 fn through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
     let mut parsed = url::Url::parse(url).expect("valid broker URL");
@@ -415,11 +298,11 @@ fn through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
     (upstream, parsed.to_string())
 }
 
-async fn proxied_client(recovery_wait: Duration) -> (Proxy, Client, String) {
+async fn proxied_client(recovery_wait: Duration) -> (TcpProxy, Client, String) {
     let url = amqp_url();
     let (upstream, _) = through_proxy(&url, "127.0.0.1:1".parse().expect("address"));
-    let proxy = Proxy::start(upstream).await;
-    let (_, proxied) = through_proxy(&url, proxy.address);
+    let proxy = TcpProxy::start(upstream).await;
+    let (_, proxied) = through_proxy(&url, proxy.address());
     let (client, queue) = client_with_queue(
         &proxied,
         options().recovery_wait(recovery_wait),
@@ -434,7 +317,7 @@ async fn publish_during_an_outage_waits_for_the_connection() {
     let (mut proxy, client, queue) = proxied_client(Duration::from_secs(30)).await;
 
     proxy.cut();
-    proxy.await_refusals(1).await;
+    proxy.await_refusals(1, LIMIT).await;
     let publishing = tokio::spawn({
         let (client, queue) = (client.clone(), queue.clone());
         async move {
@@ -445,7 +328,7 @@ async fn publish_during_an_outage_waits_for_the_connection() {
         }
     });
     // Still refused twice more while the publish is pending: it is waiting, not failing.
-    proxy.await_refusals(2).await;
+    proxy.await_refusals(2, LIMIT).await;
     assert!(!publishing.is_finished(), "the publish waits for recovery");
 
     proxy.restore();
@@ -519,7 +402,7 @@ async fn publish_during_a_long_outage_fails_unavailable_after_the_bound() {
     let (mut proxy, client, queue) = proxied_client(Duration::from_millis(300)).await;
 
     proxy.cut();
-    proxy.await_refusals(1).await;
+    proxy.await_refusals(1, LIMIT).await;
     let error = client
         .publish(message(&queue, "never sent".into()))
         .await

@@ -22,14 +22,22 @@ impl OwnNode {
     /// # Panics
     /// When the node does not come up; whatever it started is removed first.
     pub fn start(prefix: &str) -> Self {
+        Self::start_on(prefix, free_port(), free_port())
+    }
+
+    /// [`OwnNode::start`] on the given AMQP and Erlang distribution ports, for a run that
+    /// keeps to a port range of its own.
+    ///
+    /// # Panics
+    /// When the node does not come up; whatever it started is removed first.
+    pub fn start_on(prefix: &str, port: u16, dist_port: u16) -> Self {
         let node = Self {
             name: format!(
                 "{prefix}-{}",
                 &uuid::Uuid::new_v4().simple().to_string()[..12]
             ),
-            port: free_port(),
+            port,
         };
-        let dist_port = free_port();
         // Constructed before starting, so that a failed start is cleaned up by the drop.
         run_script(&[
             "start",
@@ -43,6 +51,11 @@ impl OwnNode {
     /// The node's Erlang name, `<name>@localhost`, for `join_cluster` and the like.
     pub fn node_name(&self) -> String {
         format!("{}@localhost", self.name)
+    }
+
+    /// Its AMQP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Its AMQP URL, as the default `guest` user on the default vhost.
