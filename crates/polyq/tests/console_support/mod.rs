@@ -178,15 +178,12 @@ impl Browser {
         }
     }
 
-    /// The page's text.
+    /// The page's text; empty while a navigation replaces the page.
     pub async fn text(&self) -> String {
-        self.client
-            .find(fantoccini::Locator::Css("body"))
-            .await
-            .expect("a body")
-            .text()
-            .await
-            .expect("its text")
+        match self.client.find(fantoccini::Locator::Css("body")).await {
+            Ok(body) => body.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
     }
 
     /// Waits until the page's text contains `wanted`.

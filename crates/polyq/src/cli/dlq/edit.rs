@@ -37,9 +37,6 @@ pub(crate) async fn replay_edited(
     let at = now
         .format(&acemq::time::format_description::well_known::Rfc3339)
         .context("the time of the edit")?;
-    copy.properties
-        .headers
-        .insert(EDITED.to_owned(), FieldValue::from(at));
     let destination = match row.summary.family {
         Family::Acemq => {
             let mq = broker.acemq().await?;
@@ -69,6 +66,11 @@ pub(crate) async fn replay_edited(
     if store.is_redis() {
         // A Redis list holds the envelope alone: the mark is in it.
         copy.properties = polyq_amqp::Properties::default();
+    } else {
+        // Last, so that nothing written above replaces it.
+        copy.properties
+            .headers
+            .insert(EDITED.to_owned(), FieldValue::from(at));
     }
     store
         .push(&destination, std::slice::from_ref(&copy), || {})
