@@ -301,3 +301,104 @@ async fn metrics_show_depths_and_action_counters_and_health_answers() {
     assert_eq!(health.status(), StatusCode::OK);
     assert_eq!(health.text().await.unwrap(), r#"{"status":"ok"}"#);
 }
+
+/// The ids the console's pages list for `queue`, page after page, in order.
+async fn listed_ids(console: &Console, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    for page in 1.. {
+        let html = http()
+            .get(console.url(&format!("/dlq?b=0&q={queue}&page={page}")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let before = ids.len();
+        ids.extend(
+            html.split("name=\"id\" value=\"")
+                .skip(1)
+                .filter_map(|rest| rest.split('"').next())
+                .map(str::to_owned),
+        );
+        if ids.len() == before {
+            break;
+        }
+    }
+    ids
+}
+
+/// Enough messages for several pages; on RabbitMQ each page reads the whole queue with one
+/// `basic.get` a message, so it holds fewer.
+const MANY: usize = 400;
+const MANY_ON_RABBITMQ: usize = 160;
+
+#[tokio::test]
+async fn reading_a_rabbitmq_queue_for_display_loses_and_reorders_nothing() {
+    let rabbit = Rabbit::new("order").await;
+    rabbit.dead_letter_many(MANY_ON_RABBITMQ).await;
+    let console = console_for(&rabbit, &["--token", TOKEN]);
+    let expected: Vec<String> = (0..MANY_ON_RABBITMQ).map(|n| format!("m-{n}")).collect();
+    for round in 0..2 {
+        assert_eq!(
+            listed_ids(&console, &rabbit.dlq).await,
+            expected,
+            "round {round}"
+        );
+    }
+    assert_eq!(rabbit.depth(&rabbit.dlq).await as usize, MANY_ON_RABBITMQ);
+}
+
+#[tokio::test]
+async fn reading_a_redis_queue_for_display_loses_and_reorders_nothing() {
+    let url = polyq_testkit::redis_url();
+    let queue = polyq_testkit::unique_name("polyq-console-order");
+    let dlq = format!("{queue}.dlq");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let mut expected = Vec::with_capacity(MANY);
+    let mut jobs = Vec::with_capacity(MANY);
+    for n in 0..MANY {
+        let mut envelope = babelqueue::make(
+            "urn:babel:orders:created",
+            &serde_json::json!({"n": n}),
+            babelqueue::MakeOptions::new().queue(queue.as_str()),
+        )
+        .unwrap();
+        expected.push(
+            envelope
+                .meta()
+                .and_then(babelqueue::Meta::id)
+                .unwrap()
+                .to_owned(),
+        );
+        envelope.annotate(
+            &babelqueue::DeadLetter::new(babelqueue::DeadLetterReason::Failed, &queue, 3)
+                .error(format!("order {n} failed")),
+        );
+        jobs.push(envelope.encode().unwrap());
+    }
+    redis::cmd("RPUSH")
+        .arg(&dlq)
+        .arg(&jobs)
+        .query_async::<()>(&mut connection)
+        .await
+        .unwrap();
+    let console = Console::start(&["--url", &url, "--token", TOKEN]);
+    for round in 0..2 {
+        assert_eq!(listed_ids(&console, &dlq).await, expected, "round {round}");
+    }
+    let stored: Vec<String> = redis::cmd("LRANGE")
+        .arg(&dlq)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    redis::cmd("DEL")
+        .arg(&dlq)
+        .query_async::<()>(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(stored, jobs, "the list is as it was, byte for byte");
+}

@@ -7,7 +7,7 @@ mod actions;
 mod audit;
 mod auth;
 mod discovery;
-mod pages;
+pub(crate) mod pages;
 mod routes;
 
 use std::net::SocketAddr;

@@ -335,3 +335,33 @@ impl Drop for Rabbit {
         .ok();
     }
 }
+
+impl Rabbit {
+    /// Puts `count` AceMQ messages `m-0`, `m-1`, ... on the dead-letter queue in that order,
+    /// every publish confirmed.
+    pub async fn dead_letter_many(&self, count: usize) {
+        let client = Client::connect(&self.url).await.unwrap();
+        let mut confirms = Vec::with_capacity(count);
+        for n in 0..count {
+            let mut properties = Properties {
+                message_id: Some(format!("m-{n}")),
+                ..Properties::default()
+            };
+            for (name, value) in [
+                ("x-acemq-id", format!("m-{n}")),
+                ("x-acemq-type", "orders.new".to_owned()),
+                ("x-acemq-error", format!("ValueError: order o-{n} failed")),
+            ] {
+                properties
+                    .headers
+                    .insert(name.to_owned(), FieldValue::from(value));
+            }
+            let publish = OutgoingMessage::new("", self.dlq.as_str(), properties, b"{}".to_vec());
+            confirms.push(client.publish(publish).await.unwrap());
+        }
+        for confirm in confirms {
+            confirm.await.unwrap();
+        }
+        client.close().await.unwrap();
+    }
+}

@@ -136,7 +136,7 @@ pub(crate) fn overview_tables(brokers: &[(String, anyhow::Result<Vec<QueueSet>>)
             h2 { (label) }
             @match queues {
                 Err(error) => p.note { "Cannot read this broker: " (polyq_amqp::error_chain(error.as_ref())) },
-                Ok(queues) if queues.is_empty() => p { "No queues found. On RabbitMQ name them with --queue or --topology." },
+                Ok(queues) if queues.is_empty() => p { "No queues found: no dead-letter lists on Redis; on RabbitMQ, name them with --queue or --topology." },
                 Ok(queues) => table {
                     tr { th { "Queue" } th { "Ready" } th { "Unacked" } th { "Consumers" } th { "DLQ" } th { "Parked" } }
                     @for set in queues {
