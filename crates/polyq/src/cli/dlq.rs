@@ -347,9 +347,8 @@ pub(crate) async fn replay(
     queue: &str,
     rows: &[Row],
     everything: bool,
-    progress: impl FnMut(u64),
+    mut progress: impl FnMut(u64),
 ) -> anyhow::Result<Moved> {
-    let mut progress = progress;
     let ids = |family: Family| -> HashSet<String> {
         rows.iter()
             .filter(|row| row.summary.family == family)

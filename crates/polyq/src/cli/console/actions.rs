@@ -107,14 +107,15 @@ pub(crate) async fn find_row(app: &App, params: &Params) -> anyhow::Result<Row> 
     let queue = params.queue()?;
     let position = params.number("pos", usize::MAX)?;
     let id = params.get("id");
-    let rows = crate::cli::dlq::selected(&broker.store, queue, &Selection::default()).await?;
+    let mut rows = crate::cli::dlq::selected(&broker.store, queue, &Selection::default()).await?;
     let at = |row: &Row| row.summary.position == position;
     let named = |row: &Row| id.is_some_and(|id| row.summary.id.as_deref() == Some(id));
-    rows.iter()
+    let index = rows
+        .iter()
         .position(|row| at(row) && (id.is_none() || named(row)))
         .or_else(|| rows.iter().position(named))
-        .map(|index| rows.into_iter().nth(index).expect("found"))
-        .with_context(|| format!("no such message in {queue} any more"))
+        .with_context(|| format!("no such message in {queue} any more"))?;
+    Ok(rows.swap_remove(index))
 }
 
 /// Runs the action the form asks for; answers what it did, in words.
