@@ -4,6 +4,7 @@ pub(crate) mod acemq;
 pub(crate) mod babel;
 pub(crate) mod bench;
 pub(crate) mod connect;
+pub(crate) mod console;
 pub(crate) mod demo;
 pub(crate) mod dlq;
 pub(crate) mod doctor;

@@ -42,6 +42,9 @@ enum Command {
         #[command(subcommand)]
         command: cli::dlq::Command,
     },
+    /// The web console: queues of both families on each broker, dead-letter queues, messages,
+    /// and the `dlq` actions, on http://127.0.0.1:8025/ by default.
+    Console(cli::console::Console),
     /// Lints queues against both contracts without consuming them; exit status 1 on an error.
     Doctor(cli::doctor::Doctor),
     /// Benchmarks measured side by side against the raw client in one run.
@@ -94,6 +97,7 @@ async fn main() -> ExitCode {
         Command::Demo(demo) => cli::demo::run(demo).await,
         Command::Dlq { command } => cli::dlq::run(command).await,
         Command::Doctor(doctor) => cli::doctor::run(doctor).await,
+        Command::Console(console) => cli::console::run(console).await,
     };
     match outcome {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 
 mod acemq;
 mod babel;
+mod dlq;
 mod memory;
 mod outbox;
 mod phases;
@@ -27,6 +28,9 @@ pub(crate) enum Command {
     /// BabelQueue publish and end-to-end jobs/s on any broker, optionally beside the Python
     /// SDK and acemq in the same run.
     Babel(babel::BabelArgs),
+    /// A dead-letter queue page of the console (and `dlq show` / `groups`) at each queue size:
+    /// the read, the decode, the groups and the render, beside the read alone.
+    Dlq(dlq::DlqArgs),
     /// The AceMQ outbox relay (rows committed, then published with confirms and marked) against
     /// a plain confirmed publish of the same messages, on PostgreSQL and any broker.
     Outbox(outbox::OutboxArgs),
@@ -96,6 +100,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Babel(args) => {
             babel::run(args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dlq(args) => {
+            dlq::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Outbox(args) => {

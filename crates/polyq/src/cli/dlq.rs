@@ -6,9 +6,10 @@
 //! killed midway leaves every message in one of the two queues. What a message shows is the
 //! family's inspection view; the failure groups are `polyq_runtime::Fingerprint`s.
 
-mod render;
-mod row;
-mod store;
+pub(crate) mod edit;
+pub(crate) mod render;
+pub(crate) mod row;
+pub(crate) mod store;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
@@ -188,30 +189,24 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Replay {
             target: QueueArgs { broker, queue },
             selection,
-        } => replay(&broker, &queue, &selection).await,
+        } => {
+            let store = Store::open(&broker).await?;
+            let rows = selected(&store, &queue, &selection).await?;
+            let progress = Progress::new(rows.len() as u64, &format!("replay {queue}"));
+            let moved = replay(&broker, &queue, &rows, selection.is_everything(), |moved| {
+                progress.set(moved);
+            })
+            .await;
+            progress.finish();
+            println!("{}", serde_json::json!({"queue": queue, "moved": moved?}));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Delete {
             target: QueueArgs { broker, queue },
             selection,
         } => {
-            anyhow::ensure!(
-                !selection.is_everything(),
-                "delete needs a selection (--id, --group, --type, --error, --older-than or \
-                 --grep); `polyq dlq purge` removes everything"
-            );
             let store = Store::open(&broker).await?;
-            let redis = store.is_redis();
-            let now = OffsetDateTime::now_utc();
-            let mut position = 0;
-            let removed = store
-                .remove(&queue, |message| {
-                    position += 1;
-                    let stored = store::Stored {
-                        message: message.clone(),
-                        redelivered: false,
-                    };
-                    selection.matches(&Row::read(position - 1, stored, redis, now))
-                })
-                .await?;
+            let removed = delete(&store, &queue, &selection).await?;
             println!(
                 "{}",
                 serde_json::json!({"queue": queue, "deleted": removed})
@@ -272,7 +267,11 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// The messages of `queue` that `selection` picks, in queue order.
-async fn selected(store: &Store, queue: &str, selection: &Selection) -> anyhow::Result<Vec<Row>> {
+pub(crate) async fn selected(
+    store: &Store,
+    queue: &str,
+    selection: &Selection,
+) -> anyhow::Result<Vec<Row>> {
     let now = OffsetDateTime::now_utc();
     let redis = store.is_redis();
     Ok(store
@@ -310,16 +309,46 @@ async fn list(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Replays (AceMQ) or redrives (BabelQueue) the selected messages of `queue`. Everything of a
-/// family goes when nothing is selected; otherwise the ids read first are the filter.
-async fn replay(
-    broker: &BrokerArgs,
+/// Removes the messages of `queue` that `selection` picks (a selection is required: `purge`
+/// removes everything); answers how many went.
+pub(crate) async fn delete(
+    store: &Store,
     queue: &str,
     selection: &Selection,
-) -> anyhow::Result<ExitCode> {
-    let store = Store::open(broker).await?;
-    let rows = selected(&store, queue, selection).await?;
-    let everything = selection.is_everything();
+) -> anyhow::Result<u64> {
+    anyhow::ensure!(
+        !selection.is_everything(),
+        "delete needs a selection (--id, --group, --type, --error, --older-than or \
+         --grep); `polyq dlq purge` removes everything"
+    );
+    let redis = store.is_redis();
+    let now = OffsetDateTime::now_utc();
+    let mut position = 0;
+    store
+        .remove(queue, |message| {
+            position += 1;
+            let stored = store::Stored {
+                message: message.clone(),
+                redelivered: false,
+            };
+            selection.matches(&Row::read(position - 1, stored, redis, now))
+        })
+        .await
+}
+
+/// Messages moved back by a replay, per family (`acemq`, `babelqueue`).
+pub(crate) type Moved = BTreeMap<&'static str, u64>;
+
+/// Replays (AceMQ) or redrives (BabelQueue) `rows`, the messages of `queue` a selection read.
+/// With `everything`, every message of a family goes; otherwise the ids of `rows` are the
+/// filter. `progress` hears how many AceMQ messages have moved so far.
+pub(crate) async fn replay(
+    broker: &BrokerArgs,
+    queue: &str,
+    rows: &[Row],
+    everything: bool,
+    mut progress: impl FnMut(u64),
+) -> anyhow::Result<Moved> {
     let ids = |family: Family| -> HashSet<String> {
         rows.iter()
             .filter(|row| row.summary.family == family)
@@ -332,15 +361,9 @@ async fn replay(
             .filter(|row| row.summary.family == family)
             .count()
     };
-    let progress = Progress::new(rows.len() as u64, &format!("replay {queue}"));
     let mut moved = BTreeMap::new();
     if count(Family::Acemq) > 0 {
-        let mq = acemq::AceMq::builder()
-            .url(broker.url.as_str())
-            .client_name("polyq")
-            .connect()
-            .await
-            .with_context(|| format!("--url {}", polyq_amqp::redact_url(&broker.url)))?;
+        let mq = broker.acemq().await?;
         let mut replay = Replay::from_queue(&mq, queue)
             .with_context(|| format!("--queue {queue}: not a .dlq or .parked queue"))?;
         // AceMQ reads any AMQP message, so beside BabelQueue jobs only the AceMQ ones read
@@ -349,7 +372,7 @@ async fn replay(
             replay = replay.filter(move |envelope| acemq_ids.contains(envelope.id()));
         }
         let outcome = replay
-            .run_with_progress(|report| progress.set(report.moved))
+            .run_with_progress(|report| progress(report.moved))
             .await;
         mq.close().await.ok();
         moved.insert("acemq", outcome?.moved);
@@ -375,13 +398,11 @@ async fn replay(
         transport.finish();
         moved.insert("babelqueue", outcome?.redriven as u64);
     }
-    progress.finish();
-    println!("{}", serde_json::json!({"queue": queue, "moved": moved}));
-    Ok(ExitCode::SUCCESS)
+    Ok(moved)
 }
 
 /// The `.dlq` and `.parked` queues of a topology plan.
-fn set_aside_queues(path: &PathBuf) -> anyhow::Result<Vec<String>> {
+pub(crate) fn set_aside_queues(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
     let named = || format!("--topology {}", path.display());
     let text = std::fs::read_to_string(path).with_context(named)?;
     let plan: Value = serde_json::from_str(&text).with_context(named)?;

@@ -202,7 +202,7 @@ fn table(header: &[&str], rows: impl Iterator<Item = Vec<String>>) -> anyhow::Re
 }
 
 /// `42s`, `7m`, `3h`, `2d`.
-fn age(ms: u64) -> String {
+pub(crate) fn age(ms: u64) -> String {
     let seconds = ms / 1000;
     match seconds {
         0..60 => format!("{seconds}s"),

@@ -209,22 +209,22 @@ fn millis(duration: Duration) -> u64 {
 pub(crate) struct Selection {
     /// Only the message(s) with this id (repeatable).
     #[arg(long = "id", value_name = "ID")]
-    ids: Vec<String>,
+    pub(crate) ids: Vec<String>,
     /// Only the messages of this failure group (the `group_key` of `dlq groups`).
     #[arg(long, value_name = "KEY")]
-    group: Option<String>,
+    pub(crate) group: Option<String>,
     /// Only this message type (AceMQ) or URN (BabelQueue).
     #[arg(long = "type", visible_alias = "urn", value_name = "TYPE")]
-    message_type: Option<String>,
+    pub(crate) message_type: Option<String>,
     /// Only messages whose error contains this text.
     #[arg(long, value_name = "TEXT")]
-    error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Only messages older than this (`90s`, `15m`, `2h`, `3d`).
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
-    older_than: Option<Duration>,
+    pub(crate) older_than: Option<Duration>,
     /// Only messages whose wire form (body or header values) contains this text.
     #[arg(long, value_name = "TEXT")]
-    grep: Option<String>,
+    pub(crate) grep: Option<String>,
 }
 
 impl Selection {
@@ -269,7 +269,7 @@ impl Selection {
 }
 
 /// `90s`, `15m`, `2h`, `3d`, or plain seconds.
-fn parse_age(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_age(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit) = text.split_at(
         text.find(|c: char| !c.is_ascii_digit())

@@ -12,7 +12,7 @@ use crate::cli::babel::Layout;
 use crate::cli::connect::TlsArgs;
 
 /// The broker of a `dlq` command.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BrokerArgs {
     /// The broker: amqp://, amqps://, memory://, redis://, rediss://, redis+sentinel://
     /// (host:port[,host:port]/service) or redis+cluster:// (host:port[,host:port]).
@@ -68,6 +68,18 @@ impl RedisList {
         }
     }
 
+    /// Ready jobs, and jobs taken but not settled (the default layout's processing list;
+    /// Laravel's reserved set is not counted).
+    async fn depth(&self, queue: &str) -> babelqueue::Result<(u64, Option<u64>)> {
+        match self {
+            Self::Default(redis) => Ok((
+                redis.depth(queue).await?,
+                Some(redis.depth(&redis.processing_key(queue)).await?),
+            )),
+            Self::Laravel(laravel) => Ok((laravel.depth(queue).await?, None)),
+        }
+    }
+
     async fn purge(&self, queue: &str) -> babelqueue::Result<u64> {
         match self {
             Self::Default(redis) => redis.purge(queue).await,
@@ -85,7 +97,32 @@ impl RedisList {
     }
 }
 
+/// What a broker says of one queue without reading its messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Depth {
+    pub(crate) ready: u64,
+    /// Delivered and not yet settled, where the broker says so cheaply.
+    pub(crate) unacked: Option<u64>,
+    pub(crate) consumers: Option<u64>,
+}
+
 impl BrokerArgs {
+    /// The broker at `url`, Redis keys in `layout`.
+    pub(crate) fn new(url: String, layout: Layout, tls: TlsArgs) -> Self {
+        Self { url, layout, tls }
+    }
+
+    /// An AceMQ service named `polyq` on the broker.
+    pub(crate) async fn acemq(&self) -> anyhow::Result<acemq::AceMq> {
+        acemq::AceMq::builder()
+            .url(self.url.as_str())
+            .client_name("polyq")
+            .tls(self.tls.options()?)
+            .connect()
+            .await
+            .with_context(|| format!("--url {}", polyq_amqp::redact_url(&self.url)))
+    }
+
     /// The Redis key layout.
     pub(crate) fn layout(&self) -> Layout {
         self.layout
@@ -140,6 +177,48 @@ impl Store {
             Self::Amqp { .. } => Vec::new(),
             Self::Redis(list) => list.dead_letter_queues().await?,
         })
+    }
+
+    /// The depth of each of `queues` that exists, in their order; a missing one is `None`.
+    pub(crate) async fn depths(&self, queues: &[String]) -> anyhow::Result<Vec<Option<Depth>>> {
+        match self {
+            Self::Amqp { url, options } => {
+                let client = Client::connect_with(url, options.clone()).await?;
+                let mut depths = Vec::with_capacity(queues.len());
+                for queue in queues {
+                    depths.push(match client.inspect_queue(queue).await {
+                        Ok(info) => Some(Depth {
+                            ready: u64::from(info.message_count),
+                            unacked: None,
+                            consumers: Some(u64::from(info.consumer_count)),
+                        }),
+                        Err(polyq_amqp::Error::NotFound { .. }) => None,
+                        Err(error) => {
+                            client.close().await.ok();
+                            return Err(error).with_context(|| format!("queue {queue}"));
+                        }
+                    });
+                }
+                client.close().await.ok();
+                Ok(depths)
+            }
+            Self::Redis(list) => {
+                let mut depths = Vec::with_capacity(queues.len());
+                for queue in queues {
+                    let (ready, unacked) = list
+                        .depth(queue)
+                        .await
+                        .with_context(|| format!("queue {queue}"))?;
+                    // Redis has no empty lists: an absent key is an empty queue.
+                    depths.push(Some(Depth {
+                        ready,
+                        unacked,
+                        consumers: None,
+                    }));
+                }
+                Ok(depths)
+            }
+        }
     }
 
     /// Every message of `queue`, in order, none consumed.

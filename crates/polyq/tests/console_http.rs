@@ -1,0 +1,404 @@
+//! `polyq console` over plain HTTP against RabbitMQ: actions need the token and are audited,
+//! `--read-only` refuses them, beyond loopback reading needs the token too, pages escape what
+//! messages carry, and `/metrics` and `/health` answer.
+
+mod console_support;
+
+use console_support::{Console, HOSTILE, Rabbit, TOKEN};
+use reqwest::StatusCode;
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+fn console_for(rabbit: &Rabbit, extra: &[&str]) -> Console {
+    let mut args = vec!["--url", &rabbit.url, "--queue", &rabbit.queue];
+    args.extend_from_slice(extra);
+    Console::start(&args)
+}
+
+async fn delete_form(console: &Console, rabbit: &Rabbit, bearer: Option<&str>) -> StatusCode {
+    let mut request = http()
+        .post(console.url("/action"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("b=0&q={}&action=delete&id=m-1", rabbit.dlq));
+    if let Some(token) = bearer {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap().status()
+}
+
+#[tokio::test]
+async fn an_action_without_the_token_is_refused_and_with_it_runs_and_is_audited() {
+    let rabbit = Rabbit::new("token").await;
+    for id in ["m-1", "m-2"] {
+        rabbit
+            .dead_letter(id, "ValueError: no line '3x'", "acme", "{}")
+            .await;
+    }
+    let console = console_for(&rabbit, &["--token", TOKEN]);
+
+    assert_eq!(
+        delete_form(&console, &rabbit, None).await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        delete_form(&console, &rabbit, Some("not-the-token-at-all")).await,
+        StatusCode::FORBIDDEN
+    );
+    // A form that names the session's field without the session is no better.
+    let forged = http()
+        .post(console.url("/action"))
+        .header("cookie", "polyq_console=guess")
+        .body(format!(
+            "b=0&q={}&action=purge&confirm=yes&csrf=guess",
+            rabbit.dlq
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert_eq!(rabbit.depth(&rabbit.dlq).await, 2, "nothing was removed");
+    assert!(console.audit().is_empty(), "a refused action does nothing");
+
+    assert_eq!(
+        delete_form(&console, &rabbit, Some(TOKEN)).await,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(rabbit.depth(&rabbit.dlq).await, 1);
+    let audit = console.audit();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    let entry = &audit[0];
+    assert_eq!(entry["action"], "delete");
+    assert_eq!(entry["count"], 1);
+    assert_eq!(entry["queue"], rabbit.dlq.as_str());
+    assert_eq!(entry["selection"]["ids"], serde_json::json!(["m-1"]));
+    assert_eq!(entry["outcome"], "ok");
+    assert!(
+        entry["from"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{entry}"
+    );
+    assert!(
+        !entry["broker"].as_str().unwrap().contains("guest:guest"),
+        "{entry}"
+    );
+
+    let page = http().get(console.url("/audit")).send().await.unwrap();
+    let page = page.text().await.unwrap();
+    assert!(
+        page.contains(&rabbit.dlq) && page.contains("delete"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn a_login_gives_a_session_whose_forms_carry_the_field_that_lets_them_act() {
+    let rabbit = Rabbit::new("login").await;
+    rabbit.dead_letter("m-1", "boom", "acme", "{}").await;
+    let console = console_for(&rabbit, &["--token", TOKEN]);
+
+    let wrong = http()
+        .post(console.url("/login"))
+        .body("token=wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers().get("set-cookie").is_none());
+
+    let login = http()
+        .post(console.url("/login"))
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_owned();
+
+    let page = http()
+        .get(console.url(&format!("/dlq?b=0&q={}", rabbit.dlq)))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let field = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a csrf field on a session's page")
+        .to_owned();
+    assert!(!field.is_empty());
+
+    let without_field = http()
+        .post(console.url("/action"))
+        .header("cookie", &session)
+        .body(format!("b=0&q={}&action=delete&id=m-1", rabbit.dlq))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(without_field.status(), StatusCode::FORBIDDEN);
+    let with_field = http()
+        .post(console.url("/action"))
+        .header("cookie", &session)
+        .body(format!(
+            "b=0&q={}&action=delete&id=m-1&csrf={field}",
+            rabbit.dlq
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_field.status(), StatusCode::SEE_OTHER);
+    assert_eq!(rabbit.depth(&rabbit.dlq).await, 0);
+}
+
+#[tokio::test]
+async fn read_only_refuses_every_action_even_with_the_token() {
+    let rabbit = Rabbit::new("readonly").await;
+    rabbit.dead_letter("m-1", "boom", "acme", "{}").await;
+    let console = console_for(&rabbit, &["--token", TOKEN, "--read-only"]);
+    assert_eq!(
+        delete_form(&console, &rabbit, Some(TOKEN)).await,
+        StatusCode::FORBIDDEN
+    );
+    let purge = http()
+        .post(console.url("/action"))
+        .bearer_auth(TOKEN)
+        .body(format!("b=0&q={}&action=purge&confirm=yes", rabbit.dlq))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(purge.status(), StatusCode::FORBIDDEN);
+    assert!(purge.text().await.unwrap().contains("read-only"));
+    assert_eq!(rabbit.depth(&rabbit.dlq).await, 1);
+    // Reading still works, with no action on the page.
+    let page = http()
+        .get(console.url(&format!("/dlq?b=0&q={}", rabbit.dlq)))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("m-1") && !page.contains("Replay all"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn beyond_loopback_every_page_but_login_and_health_needs_the_token() {
+    let rabbit = Rabbit::new("exposed").await;
+    let console = console_for(&rabbit, &["--token", TOKEN, "--bind", "0.0.0.0:0"]);
+    let port = console.base.rsplit(':').next().unwrap().to_owned();
+    let at = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    for path in ["/", "/audit", "/metrics", "/events"] {
+        let status = http().get(at(path)).send().await.unwrap().status();
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let overview = http().get(at("/")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(overview.status(), StatusCode::OK);
+    for path in ["/health", "/login"] {
+        let status = http().get(at(path)).send().await.unwrap().status();
+        assert_eq!(status, StatusCode::OK, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn on_loopback_a_generated_token_is_printed_once_and_works() {
+    let rabbit = Rabbit::new("generated").await;
+    rabbit.dead_letter("m-1", "boom", "acme", "{}").await;
+    let console = console_for(&rabbit, &[]);
+    let token = console
+        .banner
+        .iter()
+        .find_map(|line| line.strip_prefix("polyq console: token "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the token is printed")
+        .to_owned();
+    assert_eq!(token.len(), 64);
+    let page = http().get(console.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK, "reading is open on loopback");
+    assert_eq!(
+        delete_form(&console, &rabbit, Some(&token)).await,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(rabbit.depth(&rabbit.dlq).await, 0);
+}
+
+#[tokio::test]
+async fn pages_show_markup_in_bodies_and_header_values_as_text() {
+    let rabbit = Rabbit::new("escape").await;
+    rabbit.dead_letter("m-1", HOSTILE, HOSTILE, HOSTILE).await;
+    let console = console_for(&rabbit, &["--token", TOKEN]);
+    for path in [
+        format!("/dlq?b=0&q={}", rabbit.dlq),
+        format!("/message?b=0&q={}&pos=0&id=m-1", rabbit.dlq),
+        format!("/edit?b=0&q={}&pos=0&id=m-1", rabbit.dlq),
+        format!(
+            "/dlq?b=0&q={}&grep=%3Cscript%3E&done=%3Cscript%3Ealert(1)%3C/script%3E",
+            rabbit.dlq
+        ),
+    ] {
+        let page = http().get(console.url(&path)).send().await.unwrap();
+        assert_eq!(page.status(), StatusCode::OK, "{path}");
+        let page = page.text().await.unwrap();
+        assert!(!page.contains("<script>window"), "{path}: {page}");
+        assert!(!page.contains("<img"), "{path}: {page}");
+        assert!(!page.contains("<script>alert"), "{path}: {page}");
+        assert!(page.contains("&lt;script&gt;"), "{path}: {page}");
+    }
+}
+
+#[tokio::test]
+async fn metrics_show_depths_and_action_counters_and_health_answers() {
+    let rabbit = Rabbit::new("metrics").await;
+    for id in ["m-1", "m-2", "m-3"] {
+        rabbit.dead_letter(id, "boom", "acme", "{}").await;
+    }
+    let console = console_for(&rabbit, &["--token", TOKEN]);
+    assert_eq!(
+        delete_form(&console, &rabbit, Some(TOKEN)).await,
+        StatusCode::SEE_OTHER
+    );
+    let metrics = http().get(console.url("/metrics")).send().await.unwrap();
+    assert!(
+        metrics.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let metrics = metrics.text().await.unwrap();
+    let depth = metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("polyq_console_queue_depth{")
+                && line.contains(&format!("queue=\"{}\"", rabbit.dlq))
+        })
+        .unwrap_or_else(|| panic!("a depth for the dead-letter queue: {metrics}"));
+    assert!(depth.ends_with(" 2"), "{depth}");
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("polyq_console_actions_total{")
+                && line.contains("action=\"delete\"")
+                && line.contains("outcome=\"ok\"")
+                && line.ends_with(" 1")),
+        "{metrics}"
+    );
+    let health = http().get(console.url("/health")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+    assert_eq!(health.text().await.unwrap(), r#"{"status":"ok"}"#);
+}
+
+/// The ids the console's pages list for `queue`, page after page, in order.
+async fn listed_ids(console: &Console, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    for page in 1.. {
+        let html = http()
+            .get(console.url(&format!("/dlq?b=0&q={queue}&page={page}")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let before = ids.len();
+        ids.extend(
+            html.split("name=\"id\" value=\"")
+                .skip(1)
+                .filter_map(|rest| rest.split('"').next())
+                .map(str::to_owned),
+        );
+        if ids.len() == before {
+            break;
+        }
+    }
+    ids
+}
+
+/// Enough messages for several pages; on RabbitMQ each page reads the whole queue with one
+/// `basic.get` a message, so it holds fewer.
+const MANY: usize = 400;
+const MANY_ON_RABBITMQ: usize = 160;
+
+#[tokio::test]
+async fn reading_a_rabbitmq_queue_for_display_loses_and_reorders_nothing() {
+    let rabbit = Rabbit::new("order").await;
+    rabbit.dead_letter_many(MANY_ON_RABBITMQ).await;
+    let console = console_for(&rabbit, &["--token", TOKEN]);
+    let expected: Vec<String> = (0..MANY_ON_RABBITMQ).map(|n| format!("m-{n}")).collect();
+    for round in 0..2 {
+        assert_eq!(
+            listed_ids(&console, &rabbit.dlq).await,
+            expected,
+            "round {round}"
+        );
+    }
+    assert_eq!(rabbit.depth(&rabbit.dlq).await as usize, MANY_ON_RABBITMQ);
+}
+
+#[tokio::test]
+async fn reading_a_redis_queue_for_display_loses_and_reorders_nothing() {
+    let url = polyq_testkit::redis_url();
+    let queue = polyq_testkit::unique_name("polyq-console-order");
+    let dlq = format!("{queue}.dlq");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let mut expected = Vec::with_capacity(MANY);
+    let mut jobs = Vec::with_capacity(MANY);
+    for n in 0..MANY {
+        let mut envelope = babelqueue::make(
+            "urn:babel:orders:created",
+            &serde_json::json!({"n": n}),
+            babelqueue::MakeOptions::new().queue(queue.as_str()),
+        )
+        .unwrap();
+        expected.push(
+            envelope
+                .meta()
+                .and_then(babelqueue::Meta::id)
+                .unwrap()
+                .to_owned(),
+        );
+        envelope.annotate(
+            &babelqueue::DeadLetter::new(babelqueue::DeadLetterReason::Failed, &queue, 3)
+                .error(format!("order {n} failed")),
+        );
+        jobs.push(envelope.encode().unwrap());
+    }
+    redis::cmd("RPUSH")
+        .arg(&dlq)
+        .arg(&jobs)
+        .query_async::<()>(&mut connection)
+        .await
+        .unwrap();
+    let console = Console::start(&["--url", &url, "--token", TOKEN]);
+    for round in 0..2 {
+        assert_eq!(listed_ids(&console, &dlq).await, expected, "round {round}");
+    }
+    let stored: Vec<String> = redis::cmd("LRANGE")
+        .arg(&dlq)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    redis::cmd("DEL")
+        .arg(&dlq)
+        .query_async::<()>(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(stored, jobs, "the list is as it was, byte for byte");
+}
