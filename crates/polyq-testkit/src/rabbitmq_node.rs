@@ -45,6 +45,11 @@ impl OwnNode {
         format!("{}@localhost", self.name)
     }
 
+    /// Its AMQP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Its AMQP URL, as the default `guest` user on the default vhost.
     pub fn url(&self) -> String {
         format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
