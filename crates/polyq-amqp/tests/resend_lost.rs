@@ -140,7 +140,11 @@ async fn every_publish_is_acked_through_a_node_restart_and_resent_with_its_own_i
         .await
         .expect("every publish confirmed in time")
         .expect("every publish acked");
-    assert_eq!(confirmed_count(&confirmed), published, "every publish acked");
+    assert_eq!(
+        confirmed_count(&confirmed),
+        published,
+        "every publish acked"
+    );
     let first_after = confirmed.lock().unwrap()[stopped_with];
     println!(
         "first confirm {} ms after the node accepted connections again \

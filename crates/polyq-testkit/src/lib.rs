@@ -5,6 +5,7 @@
 
 pub mod brokers;
 pub mod rabbitmq;
+pub mod rabbitmq_cluster;
 pub mod rabbitmq_node;
 mod shared_fixtures;
 pub mod tls;
