@@ -135,7 +135,9 @@ pub use contract::itinerary::{Itinerary, Stop};
 pub use contract::route::RoutingSlip;
 pub use contract::{codec, headers, provenance, retry, topology, wire};
 pub use error::{Error, Result, RuntimeError};
-pub use runtime::connection::{AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_URL};
+pub use runtime::connection::{
+    AceMq, AceMqBuilder, DEFAULT_MAX_OUTSTANDING_CONFIRMS, DEFAULT_RESEND_LOST, DEFAULT_URL,
+};
 pub use runtime::consumer::{
     Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome, Shutdown,
 };

@@ -38,7 +38,9 @@ pub struct ClientOptions {
     pub recovery_wait: Duration,
     /// First reconnect delay; doubles on each failed attempt. Default 100 ms.
     pub reconnect_initial: Duration,
-    /// Cap of the reconnect delay. Default 5 s.
+    /// Cap of the reconnect delay. Default 1 s: the client then tries again at least every
+    /// second, so that publishing resumes within about a second of the broker taking
+    /// connections again (see `docs/RELIABILITY.md`).
     pub reconnect_max: Duration,
     /// How long a publish waits while the broker blocks the connection (RabbitMQ's memory and
     /// disk alarms) before failing with [`Error::Blocked`]. Default 30 s, as in the Java
@@ -47,6 +49,19 @@ pub struct ClientOptions {
     /// Trusted authorities and client certificate of an `amqps://` connection. Default: the
     /// system's roots, no client certificate.
     pub tls: TlsOptions,
+    /// Publishes that outlive a connection loss: when `Some(within)`, a publish whose confirm
+    /// was lost with the connection (or whose frames never reached the broker) is sent again,
+    /// the same properties (message id included) and bytes, on the recovered connection, and
+    /// again after each further loss, until `within` after [`Client::publish`] was called.
+    /// Its [`Confirm`] fails only when that deadline passes; a nack or a return is still the
+    /// broker's answer. The broker may then hold the message twice (its first copy was routed
+    /// but the confirm never came back): consumers dedupe on the message id.
+    ///
+    /// Default `None`: the confirm fails at once with [`Error::Unconfirmed`] and the caller
+    /// publishes again, since a plain AMQP message may carry no id to dedupe on. AceMQ and
+    /// BabelQueue, whose messages always carry one, turn it on by default. The embedded broker
+    /// never loses a connection, so the option changes nothing there.
+    pub resend_lost: Option<Duration>,
 }
 
 impl Default for ClientOptions {
@@ -55,9 +70,10 @@ impl Default for ClientOptions {
             connection_name: "polyq".to_owned(),
             recovery_wait: Duration::from_secs(30),
             reconnect_initial: Duration::from_millis(100),
-            reconnect_max: Duration::from_secs(5),
+            reconnect_max: Duration::from_secs(1),
             blocked_timeout: Duration::from_secs(30),
             tls: TlsOptions::default(),
+            resend_lost: None,
         }
     }
 }
@@ -75,7 +91,7 @@ impl ClientOptions {
         self
     }
 
-    /// Sets the reconnect backoff bounds (default 100 ms doubling to 5 s).
+    /// Sets the reconnect backoff bounds (default 100 ms doubling to 1 s).
     pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.reconnect_initial = initial;
         self.reconnect_max = max;
@@ -92,6 +108,23 @@ impl ClientOptions {
     /// other URL with settings here fails.
     pub fn tls(mut self, tls: TlsOptions) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// Sends publishes whose confirm was lost with the connection again until `within` after
+    /// each publish (`None`, the default, fails their confirm at once); see
+    /// [`ClientOptions::resend_lost`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polyq_amqp::ClientOptions;
+    ///
+    /// let options = ClientOptions::default().resend_lost(Some(Duration::from_secs(60)));
+    /// assert_eq!(options.resend_lost, Some(Duration::from_secs(60)));
+    /// assert_eq!(ClientOptions::default().resend_lost, None);
+    /// ```
+    pub fn resend_lost(mut self, within: Option<Duration>) -> Self {
+        self.resend_lost = within;
         self
     }
 }

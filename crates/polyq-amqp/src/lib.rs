@@ -61,6 +61,7 @@
 //! ```
 
 #[cfg(feature = "amqp")]
+mod addresses;
 mod amqp;
 pub mod browse;
 mod client;
@@ -80,6 +81,7 @@ mod value;
 /// [Logging](crate#logging)).
 pub const LAPIN_RETURN_LOG_OFF: &str = "lapin::returned_messages=off";
 
+pub use addresses::{join_addresses, split_addresses};
 pub use client::{Acker, Client, ClientOptions, Confirm, ConsumeOptions, Consumer};
 pub use error::{Error, Result, SourceError, error_chain};
 pub use health::Health;

@@ -12,9 +12,17 @@
 ///     redact_url("amqp://guest:secret@127.0.0.1:5672/%2f"),
 ///     "amqp://guest:***@127.0.0.1:5672/%2f"
 /// );
+/// assert_eq!(
+///     redact_url("amqp://guest:secret@h1:5701,h2:5702/%2f"),
+///     "amqp://guest:***@h1:5701,h2:5702/%2f"
+/// );
 /// assert_eq!(redact_url("memory://"), "memory://");
 /// ```
 pub fn redact_url(raw: &str) -> String {
+    // A list of nodes is no URL to the parser; its credentials are those of every node.
+    if let Some(redacted) = crate::addresses::redact_list(raw) {
+        return redacted;
+    }
     // Only text with an authority is treated as a URL: `user:pass@host` would otherwise parse
     // as the scheme `user` with an opaque path and keep its password.
     let parsed = raw

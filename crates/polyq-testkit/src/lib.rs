@@ -6,6 +6,7 @@
 pub mod brokers;
 pub mod proxy;
 pub mod rabbitmq;
+pub mod rabbitmq_cluster;
 pub mod rabbitmq_node;
 pub mod redis_nodes;
 mod shared_fixtures;

@@ -25,6 +25,10 @@ pub const DEFAULT_URL: &str = "memory://";
 /// Confirms a connection lets be outstanding at once by default.
 pub const DEFAULT_MAX_OUTSTANDING_CONFIRMS: usize = 1000;
 
+/// How long a publish whose confirm was lost with the connection is sent again by default
+/// ([`AceMqBuilder::resend_lost`]): as long as an operation waits for recovery.
+pub const DEFAULT_RESEND_LOST: Duration = Duration::from_secs(30);
+
 /// A connection to an AceMQ estate: `memory://[name]` (the embedded broker, the default),
 /// `amqp://` or `amqps://` (RabbitMQ). Cheap to clone; clones share the connection.
 ///
@@ -207,6 +211,7 @@ pub struct AceMqBuilder {
     max_outstanding_confirms: usize,
     recovery_wait: Duration,
     blocked_timeout: Duration,
+    resend_lost: Option<Duration>,
     tls: TlsOptions,
     publish_interceptors: InterceptorChain<dyn PublishInterceptor>,
     consume_interceptors: InterceptorChain<dyn ConsumeInterceptor>,
@@ -220,6 +225,7 @@ impl Default for AceMqBuilder {
             max_outstanding_confirms: DEFAULT_MAX_OUTSTANDING_CONFIRMS,
             recovery_wait: Duration::from_secs(30),
             blocked_timeout: ClientOptions::default().blocked_timeout,
+            resend_lost: Some(DEFAULT_RESEND_LOST),
             tls: TlsOptions::default(),
             publish_interceptors: InterceptorChain::new(),
             consume_interceptors: InterceptorChain::new(),
@@ -274,6 +280,24 @@ impl AceMqBuilder {
         self
     }
 
+    /// Publishes that outlive a connection loss: a message whose confirm was lost with the
+    /// RabbitMQ connection is sent again after recovery, with the same message id and bytes,
+    /// until `within` after it was published; the publish fails only when that passes, or
+    /// when the broker nacks or returns it. Consumers may then see it twice and dedupe on the
+    /// id (see the idempotent consumer). `None` fails the publish at once with
+    /// [`polyq_amqp::Error::Unconfirmed`]. Default 30 s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let builder = acemq::AceMq::builder().resend_lost(Some(Duration::from_secs(120)));
+    /// # drop(builder);
+    /// ```
+    pub fn resend_lost(mut self, within: Option<Duration>) -> Self {
+        self.resend_lost = within;
+        self
+    }
+
     /// The TLS settings of `amqps://`: authorities to trust beside the system's roots, a client
     /// certificate for a broker that verifies its clients. Default: neither. Connecting another
     /// URL with settings here fails.
@@ -314,6 +338,7 @@ impl AceMqBuilder {
             .connection_name(client_name.clone())
             .recovery_wait(self.recovery_wait)
             .blocked_timeout(self.blocked_timeout)
+            .resend_lost(self.resend_lost)
             .tls(self.tls);
         let client = Client::connect_with(&self.url, options).await?;
         let transport = if client.url().starts_with("memory:") {

@@ -42,13 +42,23 @@ pub struct AmqpOptions {
     /// Trusted authorities and client certificate of `amqps://`. Default: the system's roots,
     /// no client certificate.
     pub tls: TlsOptions,
+    /// How long a publish whose confirm was lost with the connection is sent again after
+    /// recovery (same message id and bytes; consumers dedupe on `meta.id`); the publish fails
+    /// only once this passes, or when the broker nacks or returns it. `None` fails it at once.
+    /// Default 30 s. Applies to [`AmqpTransport::connect_with`], not to a client passed to
+    /// [`AmqpTransport::with_client`], which keeps its own setting.
+    pub resend_lost: Option<Duration>,
 }
+
+/// The default of [`AmqpOptions::resend_lost`].
+pub const DEFAULT_RESEND_LOST: Duration = Duration::from_secs(30);
 
 impl Default for AmqpOptions {
     fn default() -> Self {
         Self {
             prefetch: 100,
             tls: TlsOptions::default(),
+            resend_lost: Some(DEFAULT_RESEND_LOST),
         }
     }
 }
@@ -65,6 +75,21 @@ impl AmqpOptions {
     /// certificate). Connecting another URL with settings here fails.
     pub fn tls(mut self, tls: TlsOptions) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// Sets how long a publish whose confirm was lost with the connection is sent again
+    /// (default 30 s; `None` fails it at once), see [`AmqpOptions::resend_lost`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use babelqueue::transport::AmqpOptions;
+    ///
+    /// let options = AmqpOptions::default().resend_lost(Some(Duration::from_secs(120)));
+    /// assert_eq!(options.resend_lost, Some(Duration::from_secs(120)));
+    /// ```
+    pub fn resend_lost(mut self, within: Option<Duration>) -> Self {
+        self.resend_lost = within;
         self
     }
 }
@@ -151,7 +176,9 @@ impl AmqpTransport {
     /// # Errors
     /// As [`AmqpTransport::connect`].
     pub async fn connect_with(url: &str, options: AmqpOptions) -> Result<Self> {
-        let client_options = ClientOptions::default().tls(options.tls.clone());
+        let client_options = ClientOptions::default()
+            .tls(options.tls.clone())
+            .resend_lost(options.resend_lost);
         Ok(Self::with_client(
             Client::connect_with(url, client_options).await?,
             options,

@@ -46,6 +46,13 @@ impl ConnectOptions {
         self
     }
 
+    /// Sets how long an AMQP publish whose confirm was lost with the connection is sent again
+    /// (default 30 s, see [`AmqpOptions::resend_lost`]).
+    pub fn resend_lost(mut self, within: Option<Duration>) -> Self {
+        self.amqp.resend_lost = within;
+        self
+    }
+
     /// Sets the Redis key layout (default [`RedisLayout::Default`]).
     pub fn redis_layout(mut self, layout: RedisLayout) -> Self {
         self.redis_layout = layout;

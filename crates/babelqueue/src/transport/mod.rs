@@ -12,7 +12,7 @@ mod any;
 #[cfg(feature = "redis")]
 pub mod redis;
 
-pub use amqp::{AmqpOptions, AmqpReceipt, AmqpTransport};
+pub use amqp::{AmqpOptions, AmqpReceipt, AmqpTransport, DEFAULT_RESEND_LOST};
 pub use any::{AnyReceipt, AnyTransport, ConnectOptions, RedisLayout};
 pub use polyq_amqp::{Health, TlsOptions};
 

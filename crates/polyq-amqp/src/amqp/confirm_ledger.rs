@@ -108,6 +108,17 @@ pub(super) enum Failure {
 }
 
 impl Failure {
+    /// Whether the publish was lost with its channel or connection rather than refused for its
+    /// own sake: the broker went away (or was shutting down, 320 CONNECTION_FORCED), so the
+    /// same message may be sent again on the next connection.
+    fn is_loss(&self) -> bool {
+        match self {
+            Failure::Lost(_) | Failure::Unwritten(_) => true,
+            Failure::Refused { code, .. } => *code == CONNECTION_FORCED || *code == INTERNAL_ERROR,
+            Failure::NotConfirming => false,
+        }
+    }
+
     /// Publishing to a missing exchange closes the channel with 404; other publishes pending
     /// on that channel see the same error but were not at fault.
     fn into_error(self, exchange: &str) -> Error {
@@ -151,10 +162,21 @@ pub(super) fn unwritten(exchange: &str, error: lapin::Error) -> Error {
     )
 }
 
+/// AMQP reply codes of a connection the broker closes while going away: the publishes it did
+/// not confirm were not refused, only lost.
+const CONNECTION_FORCED: u16 = 320;
+const INTERNAL_ERROR: u16 = 541;
+
 /// What a publish's caller is told.
 #[derive(Debug)]
 pub(super) enum Settled {
     Outcome(Result<PublishOutcome>),
+    /// The broker's answer was lost with the channel or connection (`error` says how); here is
+    /// the message back, for a publisher that sends such messages again.
+    Lost {
+        message: OutgoingMessage,
+        error: Error,
+    },
     /// Its frames were never all written ([`Failure::Unwritten`]); here is the message back.
     Unwritten {
         message: OutgoingMessage,
@@ -220,7 +242,7 @@ impl<F> Inbox<F> {
             Some(Registration {
                 sent: Some(sent), ..
             }) => {
-                let _ = sent.answer.send(unattributed(&sent.message.exchange));
+                let _ = sent.answer.send(unattributed(sent.message));
                 false
             }
             Some(_) => false,
@@ -335,12 +357,18 @@ where
     }
 }
 
-fn unattributed(exchange: &str) -> Settled {
-    Settled::Outcome(Err(Error::Unconfirmed {
-        exchange: exchange.to_owned(),
-        reason: "the broker's answer could not be attributed before the channel closed".to_owned(),
-        source: None,
-    }))
+/// The answer of a publish whose confirm or return could not be told apart before the channel
+/// closed: it may have been routed, so sending it again can only duplicate it.
+fn unattributed(message: OutgoingMessage) -> Settled {
+    Settled::Lost {
+        error: Error::Unconfirmed {
+            exchange: message.exchange.clone(),
+            reason: "the broker's answer could not be attributed before the channel closed"
+                .to_owned(),
+            source: None,
+        },
+        message,
+    }
 }
 
 /// A ledger and the tracker task that drives it; spawn the task once per channel. It ends when
@@ -897,13 +925,17 @@ impl Entry {
             (Some(DoneKind::Failed(Failure::Unwritten(error))), _) => {
                 Settled::Unwritten { message, error }
             }
+            (Some(DoneKind::Failed(failure)), _) if failure.is_loss() => Settled::Lost {
+                error: failure.into_error(&message.exchange),
+                message,
+            },
             (Some(DoneKind::Failed(failure)), _) => {
                 Settled::Outcome(Err(failure.into_error(&message.exchange)))
             }
             (Some(DoneKind::Nack), _) => Settled::Outcome(Ok(PublishOutcome::Nacked)),
             (Some(_), Some(returned)) => Settled::Outcome(Ok(PublishOutcome::Returned(returned))),
             (Some(_), None) if attributed => Settled::Outcome(Ok(PublishOutcome::Acked)),
-            _ => unattributed(&message.exchange),
+            _ => unattributed(message),
         };
         let _ = answer.send(settled);
     }
@@ -918,10 +950,10 @@ impl<F> Drop for Tracker<F> {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         for sent in late.into_iter().flatten().filter_map(|r| r.sent) {
-            let _ = sent.answer.send(unattributed(&sent.message.exchange));
+            let _ = sent.answer.send(unattributed(sent.message));
         }
         for entry in std::mem::take(&mut self.entries).into_values() {
-            let _ = entry.answer.send(unattributed(&entry.message.exchange));
+            let _ = entry.answer.send(unattributed(entry.message));
         }
     }
 }

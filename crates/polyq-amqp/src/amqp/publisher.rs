@@ -16,6 +16,7 @@ use bytes::Bytes;
 use lapin::options::BasicPublishOptions;
 use lapin::{Confirmation, ErrorKind, PublisherConfirm};
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 
 use super::blocked;
 use super::confirm_ledger::{Answer, Answered, Failure, Settled, unwritten};
@@ -58,7 +59,11 @@ pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> R
         ));
     }
     let exchange = message.exchange.clone();
-    let mut answered = send(shared, message).await?;
+    let resend_until = shared
+        .options
+        .resend_lost
+        .map(|within| Instant::now() + within);
+    let mut answered = send(shared, message, None).await?;
     let shared = Arc::clone(shared);
     Ok(Confirm::new(async move {
         let outlasted = blocked::blocked_for(shared.health.watch(), blocked_timeout);
@@ -74,27 +79,72 @@ pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> R
             };
             match settled {
                 Ok(Settled::Outcome(outcome)) => return outcome,
-                Ok(Settled::Unwritten { message, .. }) if resends < UNWRITTEN_RESENDS => {
+                Ok(Settled::Unwritten { message, .. })
+                    if resends < UNWRITTEN_RESENDS && resend_until.is_none() =>
+                {
                     resends += 1;
-                    answered = send(&shared, message).await?;
+                    answered = send(&shared, message, None).await?;
                 }
-                Ok(Settled::Unwritten { message, error }) => {
-                    return Err(unwritten(&message.exchange, error));
-                }
+                Ok(Settled::Unwritten { message, error }) => match resend_until {
+                    Some(until) if Instant::now() < until => {
+                        answered =
+                            resend(&shared, message, until, unwritten(&exchange, error)).await?;
+                    }
+                    _ => return Err(unwritten(&message.exchange, error)),
+                },
+                Ok(Settled::Lost { message, error }) => match resend_until {
+                    Some(until) if Instant::now() < until => {
+                        answered = resend(&shared, message, until, error).await?;
+                    }
+                    _ => return Err(error),
+                },
                 Err(_) => return Err(Error::Closed),
             }
         }
     }))
 }
 
+/// Sends again, on the next connection, a message whose answer was lost with the last one
+/// (`lost` says how). When no connection comes back before `until`, the caller is told of the
+/// loss, with the wait as the reason.
+async fn resend(
+    shared: &Shared,
+    message: OutgoingMessage,
+    until: Instant,
+    lost: Error,
+) -> Result<Answered> {
+    let exchange = message.exchange.clone();
+    tracing::debug!(
+        exchange = exchange.as_str(),
+        message_id = message.properties.message_id.as_deref(),
+        "sending again a publish whose confirm was lost with the connection"
+    );
+    send(shared, message, Some(until))
+        .await
+        .map_err(|error| match error {
+            Error::Unavailable { .. } => Error::Unconfirmed {
+                exchange,
+                reason: "its confirm was lost with the connection, and no connection came back \
+                         before the resend deadline"
+                    .to_owned(),
+                source: Some(Box::new(lost)),
+            },
+            other => other,
+        })
+}
+
 /// Queues `message`'s frames on the publishing channel and registers its confirm with the
-/// channel's ledger.
-async fn send(shared: &Shared, message: OutgoingMessage) -> Result<Answered> {
+/// channel's ledger. An outage is waited out until `until`, or for `recovery_wait`.
+async fn send(
+    shared: &Shared,
+    message: OutgoingMessage,
+    until: Option<Instant>,
+) -> Result<Answered> {
     let options = BasicPublishOptions {
         mandatory: message.mandatory,
         immediate: false,
     };
-    let (mut stale, mut deadline, mut retries) = (None, None, 0);
+    let (mut stale, mut deadline, mut retries) = (None, until, 0);
     loop {
         let session = shared.session(stale, &mut deadline, OPERATION).await?;
         let error = match session.publisher().await {

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -37,8 +37,12 @@ use crate::health::HealthTracker;
 /// How often the supervisor looks at the connection state even when nothing reported a failure;
 /// a safety net for failures lapin does not announce as events.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
-/// Upper bound of one connection attempt, unless the URL sets `connection_timeout`.
+/// Upper bound of the first connection attempt, unless the URL sets `connection_timeout`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upper bound of one reconnect attempt, unless the URL sets a shorter `connection_timeout`: an
+/// attempt caught by a broker that went away again (or a network that drops packets) is given
+/// up soon, so that the next one, quite likely to succeed, is not held back by it.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long `close` waits for the broker's close-ok.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// How many times an operation is tried again on a fresh channel after its channel closed under
@@ -67,7 +71,10 @@ enum Request {
 pub(super) struct Shared {
     /// The URL with its password hidden, for logs and errors.
     pub(super) shown_url: String,
-    uri: AMQPUri,
+    /// The nodes the URL lists, tried in turn.
+    nodes: Vec<Node>,
+    /// The node of the current (or last) connection.
+    current: AtomicUsize,
     password: String,
     connection_name: String,
     pub(super) options: ClientOptions,
@@ -80,18 +87,52 @@ pub(super) struct Shared {
     pub(super) health: HealthTracker,
 }
 
+/// One broker node of the URL.
+struct Node {
+    uri: AMQPUri,
+    /// Its URL with the password hidden.
+    shown: String,
+}
+
+impl Node {
+    fn parse(url: &str, listed_in: &str) -> Result<Self> {
+        let shown = crate::redact_url(url);
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: crate::redact_url(listed_in),
+            reason,
+        };
+        let uri: AMQPUri = url
+            .parse()
+            .map_err(|reason: String| invalid(reason.replace(url, &shown)))?;
+        Ok(Self { uri, shown })
+    }
+}
+
 /// Connects and starts the supervisor.
 pub(super) async fn start(url: &str, options: &ClientOptions) -> Result<Arc<Shared>> {
     let shown_url = crate::redact_url(url);
-    let uri: AMQPUri = url.parse().map_err(|reason: String| Error::InvalidUrl {
-        url: shown_url.clone(),
-        reason: reason.replace(url, &shown_url),
-    })?;
+    let listed = crate::addresses::split_addresses(url);
+    if listed.len() > 1
+        && listed
+            .iter()
+            .any(|node| crate::addresses::has_empty_host(node))
+    {
+        return Err(Error::InvalidUrl {
+            url: shown_url,
+            reason: "an empty address in the list of nodes (write `host1:port1,host2:port2`)"
+                .to_owned(),
+        });
+    }
+    let nodes = listed
+        .iter()
+        .map(|node| Node::parse(node, url))
+        .collect::<Result<Vec<_>>>()?;
     let (requests, requests_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         shown_url,
-        password: uri.authority.userinfo.password.clone(),
-        uri,
+        password: nodes[0].uri.authority.userinfo.password.clone(),
+        nodes,
+        current: AtomicUsize::new(0),
         connection_name: options.connection_name.clone(),
         options: options.clone(),
         link: watch::Sender::new(Link::Down),
@@ -102,10 +143,13 @@ pub(super) async fn start(url: &str, options: &ClientOptions) -> Result<Arc<Shar
         closed: CancellationToken::new(),
         health: HealthTracker::up(0),
     });
-    let session = shared.open(0).await.map_err(|error| Error::Connect {
-        url: shared.shown_url.clone(),
-        source: shared.scrub_error(error),
-    })?;
+    let session = shared
+        .open(0, CONNECT_TIMEOUT, 0)
+        .await
+        .map_err(|error| Error::Connect {
+            url: shared.shown_url.clone(),
+            source: shared.scrub_error(error),
+        })?;
     shared.link.send_replace(Link::Up(Arc::new(session)));
     shared.health.connected(0);
     tokio::spawn(supervise(shared.clone(), requests_rx));
@@ -357,35 +401,66 @@ impl Shared {
         }
     }
 
-    async fn open(&self, generation: u64) -> lapin::Result<Session> {
+    /// Opens generation `generation`'s connection and its session on the first node that
+    /// answers, trying them in turn from node `first`; each attempt is bounded by `limit`
+    /// unless the URL sets its own `connection_timeout`. Fails with the last node's error.
+    async fn open(&self, generation: u64, limit: Duration, first: usize) -> lapin::Result<Session> {
+        let mut last = None;
+        for offset in 0..self.nodes.len() {
+            let index = (first + offset) % self.nodes.len();
+            let node = &self.nodes[index];
+            match self.open_on(node, generation, limit).await {
+                Ok(session) => {
+                    self.current.store(index, Ordering::Relaxed);
+                    if self.nodes.len() > 1 {
+                        info!(url = %self.shown_url, node = %node.shown, generation, "connected to a node of the list");
+                    }
+                    return Ok(session);
+                }
+                Err(error) => {
+                    if self.nodes.len() > 1 {
+                        debug!(node = %node.shown, %error, "node did not answer; trying the next");
+                    }
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| unreachable!("a URL names at least one node")))
+    }
+
+    async fn open_on(
+        &self,
+        node: &Node,
+        generation: u64,
+        limit: Duration,
+    ) -> lapin::Result<Session> {
         let properties = ConnectionProperties::default()
             .with_connection_name(self.connection_name.clone().into());
-        let limit = self
+        let limit = node
             .uri
             .query
             .connection_timeout
-            .map_or(CONNECT_TIMEOUT, Duration::from_millis);
-        let connection = match tokio::time::timeout(
-            limit,
-            Connection::connect_uri_with_config(
-                self.uri.clone(),
+            .map_or(limit, Duration::from_millis);
+        // The session's channel is opened within the same bound: a node that takes the
+        // connection but never answers on it is as dead as one that refuses it.
+        let opening = async {
+            let connection = Connection::connect_uri_with_config(
+                node.uri.clone(),
                 properties,
                 lapin_tls(&self.options.tls),
                 lapin::runtime::default_runtime()?,
-            ),
-        )
-        .await
-        {
-            Ok(connection) => connection?,
-            Err(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no connection within {} ms", limit.as_millis()),
-                )
-                .into());
-            }
+            )
+            .await?;
+            Session::open(generation, connection).await
         };
-        Session::open(generation, connection).await
+        match tokio::time::timeout(limit, opening).await {
+            Ok(session) => session,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {} ms", limit.as_millis()),
+            )
+            .into()),
+        }
     }
 
     /// Declares the record again, then re-creates every consumer. A declaration the broker now
@@ -479,11 +554,13 @@ impl Shared {
 
     async fn reconnect(&self, generation: u64) -> Option<Arc<Session>> {
         let mut delay = self.options.reconnect_initial;
+        // The node that was lost is tried last: in a cluster another is more likely up.
+        let first = self.current.load(Ordering::Relaxed) + 1;
         for attempt in 1u64.. {
             if self.closed.is_cancelled() {
                 return None;
             }
-            let outcome = match self.open(generation).await {
+            let outcome = match self.open(generation, RECONNECT_TIMEOUT, first).await {
                 Ok(session) => match self.restore(&session).await {
                     Ok(()) => Ok(session),
                     Err(error) => Err(error),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cli::connect::AmqpBroker;
+use crate::cli::connect::{AmqpBroker, ResendArgs};
 use crate::cli::payload::PayloadArg;
 use acemq::inspect::{self, Inspection};
 use acemq::time::OffsetDateTime;
@@ -83,6 +83,8 @@ pub(crate) enum Command {
         /// How many messages to publish, each with its own id.
         #[arg(long, default_value_t = 1)]
         count: u32,
+        #[command(flatten)]
+        resend: ResendArgs,
     },
     /// Consume from a queue and acknowledge, printing each message as `decode` does, one JSON
     /// line each. Stops after --limit messages, or when none came for --timeout seconds.
@@ -165,6 +167,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             claim,
             payload,
             count,
+            resend,
         } => {
             let payload: Value = payload.parse()?;
             let headers = headers
@@ -173,7 +176,9 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let message_type =
                 message_type.unwrap_or_else(|| wire::type_for(&routing_key).to_owned());
-            let mq = broker.acemq().await?;
+            let mq = broker
+                .acemq_with(acemq::AceMq::builder().resend_lost(resend.within()?))
+                .await?;
             let publisher = mq.publisher::<Value>(exchange, routing_key);
             let body = serde_json::to_vec(&payload)?;
             for _ in 0..count {

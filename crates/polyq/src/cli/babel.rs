@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cli::connect::TlsArgs;
+use crate::cli::connect::{ResendArgs, TlsArgs};
 use crate::cli::payload::PayloadArg;
 use anyhow::{Context as _, anyhow};
 use babelqueue::inspect::Inspection;
@@ -79,6 +79,8 @@ pub(crate) enum Command {
         /// How many jobs to publish.
         #[arg(long, default_value_t = 1)]
         count: u32,
+        #[command(flatten)]
+        resend: ResendArgs,
     },
     /// Take jobs off a queue, acknowledging them, and print each as `decode` does, one JSON
     /// line each. Stops after --limit jobs, or when none came for --timeout seconds.
@@ -126,9 +128,11 @@ pub(crate) enum Command {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Broker {
     /// The broker: memory://, amqp://, amqps://, redis://, rediss://, redis+sentinel://
-    /// (host:port[,host:port]/service) or redis+cluster:// (host:port[,host:port]).
-    #[arg(long)]
-    url: String,
+    /// (host:port[,host:port]/service) or redis+cluster:// (host:port[,host:port]). The nodes
+    /// of a RabbitMQ cluster are listed as `amqp://user:pass@host1:5672,host2:5672/vhost`, or
+    /// with the flag given once per node.
+    #[arg(long = "url", required = true)]
+    urls: Vec<String>,
     /// The Redis key layout.
     #[arg(long, value_enum, default_value_t = Layout::Default)]
     layout: Layout,
@@ -164,7 +168,11 @@ impl Broker {
     /// Connects with `options` and the TLS flags; errors name the URL with credentials
     /// redacted.
     async fn connect_with(&self, options: ConnectOptions) -> anyhow::Result<AnyTransport> {
-        connect(&self.url, options.tls(self.tls.options()?)).await
+        connect(
+            &crate::cli::connect::joined_url(&self.urls)?,
+            options.tls(self.tls.options()?),
+        )
+        .await
     }
 }
 
@@ -238,13 +246,20 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             trace_id,
             headers,
             count,
+            resend,
         } => {
             let data: Box<RawValue> = payload.parse()?;
             let headers = headers
                 .iter()
                 .map(|h| super::acemq::name_value(h, "--header"))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let transport = broker.connect().await?;
+            let transport = broker
+                .connect_with(
+                    ConnectOptions::default()
+                        .redis_layout(broker.layout.into())
+                        .resend_lost(resend.within()?),
+                )
+                .await?;
             if !headers.is_empty() && !transport.capabilities().headers {
                 anyhow::bail!(
                     "--header: this binding carries no out-of-band headers (the Laravel layout drops them)"

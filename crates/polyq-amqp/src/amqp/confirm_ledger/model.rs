@@ -235,8 +235,12 @@ fn run(ids: Vec<u8>, seed: u64, close_after: Option<usize>) {
         let outcome = answered
             .try_recv()
             .unwrap_or_else(|_| panic!("publish {index} (id {id}) was never answered"));
-        let Settled::Outcome(outcome) = outcome else {
-            panic!("publish {index} (id {id}) reported unwritten; the model writes every publish");
+        let outcome = match outcome {
+            Settled::Outcome(outcome) => outcome,
+            Settled::Lost { error, .. } => Err(error),
+            Settled::Unwritten { .. } => panic!(
+                "publish {index} (id {id}) reported unwritten; the model writes every publish"
+            ),
         };
         match outcome {
             Ok(PublishOutcome::Returned(returned)) => {

@@ -1,0 +1,169 @@
+//! On a three-node RabbitMQ cluster (`scripts/rabbitmq-cluster`): the node that a publisher and
+//! a consumer of a quorum source queue are connected to is killed with SIGKILL in the middle of
+//! the load. Both fail over to another node of the URL's list; no confirmed message is lost,
+//! the consumer sees a message twice only within its prefetch window (or as a publish sent
+//! again after its confirm was lost with the node), and handling resumes. Prints the time from
+//! the kill to the first redelivery handled (the first message the surviving nodes handed
+//! over), the figure in docs/RELIABILITY.md.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use acemq::{AceMq, Message};
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
+use polyq_amqp::{FieldValue, QueueSpec};
+use polyq_testkit::rabbitmq_cluster::Cluster;
+use tokio::time::{Instant, timeout};
+
+/// Upper bound for anything awaited here; reaching it fails the test.
+const LIMIT: Duration = Duration::from_secs(40);
+const MESSAGES: u64 = 3000;
+/// Confirms awaited at once by the publisher.
+const PUBLISH_WINDOW: usize = 50;
+const PREFETCH: u16 = 50;
+/// Messages handled before the node is killed.
+const BEFORE_KILL: usize = 800;
+
+/// What the consumer handled: copies per message, redeliveries, how many in all, and when the
+/// first redelivery was: the first message the new node handed over.
+#[derive(Default)]
+struct Handled {
+    copies: HashMap<u64, u32>,
+    redelivered: u32,
+    count: usize,
+    first_redelivery: Option<Instant>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_loses_no_confirmed_message_and_handling_resumes_on_another() {
+    let cluster = tokio::task::spawn_blocking(Cluster::start)
+        .await
+        .expect("the cluster started");
+    let mq = AceMq::builder()
+        .url(cluster.url())
+        .client_name("acemq-cluster-test")
+        .connect()
+        .await
+        .expect("connect to the cluster");
+    let queue = polyq_testkit::unique_name("acemq.cluster");
+    mq.client()
+        .declare_queue(
+            &QueueSpec::new(queue.as_str()).argument("x-queue-type", FieldValue::from("quorum")),
+        )
+        .await
+        .expect("declare a quorum source queue");
+
+    let handled = Arc::new(Mutex::new(Handled::default()));
+    let consumer = {
+        let handled = handled.clone();
+        // Only the quorum source queue: `.dlq` and `.parked` are classic queues, which live on
+        // one node and are away while it is (docs/RELIABILITY.md).
+        mq.consumer::<u64>(queue.as_str())
+            .prefetch(PREFETCH)
+            .declare(false)
+            .start(move |message: Message<u64>| {
+                let handled = handled.clone();
+                async move {
+                    let mut handled = handled.lock().unwrap();
+                    *handled.copies.entry(*message.payload()).or_default() += 1;
+                    handled.count += 1;
+                    if message.redelivered() {
+                        handled.redelivered += 1;
+                        handled.first_redelivery.get_or_insert_with(Instant::now);
+                    }
+                }
+            })
+            .await
+            .expect("consume")
+    };
+
+    let publisher = mq.publisher::<u64>("", queue.as_str());
+    let publishing = tokio::spawn(async move {
+        let mut pending = FuturesUnordered::new();
+        for n in 0..MESSAGES {
+            if pending.len() >= PUBLISH_WINDOW {
+                let (n, confirmed): (u64, Result<_, _>) = pending.next().await.unwrap();
+                confirmed.unwrap_or_else(|error| panic!("message {n} not confirmed: {error}"));
+            }
+            let confirm = publisher
+                .send_async(&n)
+                .await
+                .unwrap_or_else(|error| panic!("publish of {n} failed: {error}"));
+            pending.push(async move { (n, confirm.await) });
+        }
+        while let Some((n, confirmed)) = pending.next().await {
+            confirmed.unwrap_or_else(|error| panic!("message {n} not confirmed: {error}"));
+        }
+    });
+
+    timeout(LIMIT, async {
+        while handled.lock().unwrap().count < BEFORE_KILL {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("messages handled before the kill");
+    // Counted from before the kill, so the figure includes the script's own start.
+    let killed_at = Instant::now();
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill(1);
+        cluster
+    })
+    .await
+    .expect("node 1 killed");
+
+    timeout(LIMIT, publishing)
+        .await
+        .expect("every publish confirmed in time")
+        .expect("every publish confirmed");
+    timeout(LIMIT, async {
+        while handled.lock().unwrap().copies.len() < MESSAGES as usize {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every confirmed message handled in time");
+
+    {
+        let handled = handled.lock().unwrap();
+        let resumed = handled
+            .first_redelivery
+            .map(|at| {
+                at.saturating_duration_since(killed_at)
+                    .as_millis()
+                    .to_string()
+            })
+            .unwrap_or_else(|| "(no redelivery)".to_owned());
+        let duplicates: u32 = handled.copies.values().map(|n| n - 1).sum();
+        println!(
+            "first redelivery from the new node handled {resumed} ms after the kill; \
+             {duplicates} duplicates ({} redelivered)",
+            handled.redelivered
+        );
+        assert!(
+            (0..MESSAGES).all(|n| handled.copies.contains_key(&n)),
+            "no confirmed message lost"
+        );
+        assert!(
+            handled.redelivered <= u32::from(PREFETCH),
+            "{} redeliveries, more than the prefetch window of {PREFETCH}",
+            handled.redelivered
+        );
+        // A copy that is no redelivery was published twice: its confirm was lost with the node,
+        // and it was sent again, at most the publisher's window of them.
+        assert!(
+            duplicates <= u32::from(PREFETCH) + PUBLISH_WINDOW as u32,
+            "{duplicates} duplicates, more than the prefetch and publish windows"
+        );
+    }
+
+    consumer.drain(LIMIT).await;
+    mq.client()
+        .delete_queue(&queue)
+        .await
+        .expect("delete the queue");
+    mq.close().await.expect("close");
+    drop(cluster);
+}
