@@ -27,8 +27,10 @@ use crate::{Envelope, Publisher};
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use acemq::AceMq;
 /// use acemq::outbox::{MemoryOutbox, OutboxRelay};
+/// use polyq_amqp::QueueSpec;
 ///
 /// let mq = AceMq::connect("memory://doc-outbox").await?;
+/// mq.client().declare_queue(&QueueSpec::new("orders.new")).await?;
 /// let outbox = MemoryOutbox::new();
 /// let orders = mq.publisher::<serde_json::Value>("", "orders.new");
 ///
