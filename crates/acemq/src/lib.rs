@@ -96,7 +96,8 @@
 //! - `amqp` (default): the RabbitMQ transport (`amqp://`, `amqps://`) through `polyq-amqp`.
 //!   Without it only the embedded broker (`memory://`) is available.
 //! - `postgres`: the transactional outbox on PostgreSQL through `sqlx` (module `outbox`:
-//!   `Outbox::record` in the caller's transaction, `OutboxRelay`, the shipped migration).
+//!   `Outbox::record` in the caller's transaction, the shipped migration; without it the
+//!   module has the in-memory `MemoryOutbox` and its `OutboxRelay`).
 //! - `otel`: W3C `traceparent` / `tracestate` written on publish and adopted on consume, through
 //!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
 //! - `prometheus`: the metrics in the Prometheus text format
@@ -124,8 +125,6 @@ pub mod doctor;
 mod error;
 pub mod idempotency;
 pub mod inspect;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod outbox;
 pub mod patterns;
 mod runtime;

@@ -696,7 +696,7 @@ async fn replay_sequence(guard: &Opened, deliveries: &[Value], expected: i64) ->
         let effect = match result {
             Ok(Effect::Ran(())) | Err(Refusal::Handler(_)) => "run",
             Ok(Effect::Skipped) => "skip",
-            Err(Refusal::Store(e)) => return Err(e.to_string()),
+            Err(Refusal::Store(e) | Refusal::InProgress(e)) => return Err(e.to_string()),
         };
         if effect == "run" {
             effects += 1;

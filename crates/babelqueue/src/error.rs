@@ -93,7 +93,7 @@ pub enum Error {
     #[error("idempotency store: {0}")]
     Store(String),
     /// An idempotency store did not answer (unreachable, timed out, or a query failed); the
-    /// message is handed back and tried again once the store answers.
+    /// delivery fails as a handler error would, and is retried.
     #[error("idempotency store {store} could not {operation}; check that it is reachable")]
     StoreFailed {
         /// Which store (`redis`, `postgres`, or the name a custom store gives).

@@ -87,7 +87,8 @@
 //! - `redis` (default): the Redis transport (`redis://`, `rediss://`), both layouts, and the
 //!   conformance runner's `redis` section.
 //! - `postgres`: the transactional outbox of ADR-0029 on PostgreSQL through `sqlx` (module
-//!   `outbox`: `Outbox::write` in the caller's transaction, `PgOutboxStore`, `OutboxRelay`).
+//!   `outbox`: `Outbox::write` in the caller's transaction, `PgOutboxStore`; without it the
+//!   module has the in-memory `MemoryOutboxStore` and the `OutboxRelay`).
 //!
 //! # Further reading
 //!
@@ -110,8 +111,6 @@ pub mod doctor;
 mod error;
 pub mod idempotency;
 pub mod inspect;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod outbox;
 pub mod projection;
 pub mod redrive;

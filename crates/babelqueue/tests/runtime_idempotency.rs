@@ -1,7 +1,8 @@
 //! Idempotent consumers on every binding with every store, the Redis and PostgreSQL ones on the
 //! real servers: a job delivered twice to two workers has one side effect; under a claiming
 //! store, a duplicate delivered while the winner runs waits for it and is then skipped; a store
-//! that cannot answer hands the delivery back unchanged, never acknowledged, never dropped.
+//! that cannot answer fails the delivery into the retry path and then the dead-letter queue,
+//! never acknowledged, never dropped, as AceMQ does.
 
 #![cfg(all(feature = "redis", feature = "postgres"))]
 
@@ -214,7 +215,7 @@ fn unreachable_redis() -> Idempotency {
     Idempotency::claiming(Arc::new(RedisClaimingStore::new(connection)))
 }
 
-async fn an_unreachable_store_hands_the_delivery_back(binding: Binding, option: Idempotency) {
+async fn an_unreachable_store_fails_into_the_retry_path(binding: Binding, option: Idempotency) {
     let bound = Bound::new(binding).await;
     let sent = bound
         .queue
@@ -227,6 +228,7 @@ async fn an_unreachable_store_hands_the_delivery_back(binding: Binding, option: 
         .queue
         .worker()
         .idempotent_for(URN, option)
+        .max_attempts(2)
         .redelivery_pause(Duration::ZERO)
         .handle(URN, move |_job| {
             let counted = counted.clone();
@@ -235,28 +237,31 @@ async fn an_unreachable_store_hands_the_delivery_back(binding: Binding, option: 
                 Ok::<_, babelqueue::Error>(())
             }
         })
-        .consume(1, IDLE)
+        .consume(2, IDLE)
         .await
         .unwrap();
-    assert_eq!((report.received, report.released), (1, 1), "{report:?}");
     assert_eq!(
-        (
-            report.succeeded,
-            report.retried,
-            report.dead_lettered,
-            report.deleted
-        ),
-        (0, 0, 0, 0)
+        (report.received, report.retried, report.dead_lettered),
+        (2, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(
+        (report.succeeded, report.released, report.deleted),
+        (0, 0, 0),
+        "never acknowledged as handled, never dropped: {report:?}"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler must not run");
-    let again = bound.take_and_ack(bound.name()).await;
-    assert_eq!(
-        String::from_utf8_lossy(&again.body),
-        sent.encode().unwrap(),
-        "handed back unchanged, no attempt counted"
-    );
     let dead_letters = bound.transport().dead_letter_queue(bound.name());
-    assert_eq!(bound.depth(&dead_letters).await, 0);
+    let dead = bound.take_and_ack(&dead_letters).await;
+    let body = String::from_utf8_lossy(&dead.body).into_owned();
+    let decoded = babelqueue::decode(&dead.body).unwrap();
+    assert_eq!(
+        decoded.envelope.meta().and_then(|meta| meta.id()),
+        sent.meta().and_then(|meta| meta.id()),
+        "the same message, kept"
+    );
+    assert!(body.contains("idempotency store"), "{body}");
+    assert_eq!(bound.depth(bound.name()).await, 0);
     bound.cleanup(&[]).await;
 }
 
@@ -294,27 +299,29 @@ mod concurrent_duplicates_wait_for_the_winner {
     on_every_binding!(concurrent_duplicates_wait_for_the_winner; MemoryClaiming, RedisClaiming, PostgresClaiming);
 }
 
-mod an_unreachable_store_hands_the_delivery_back {
+mod an_unreachable_store_fails_into_the_retry_path {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_on_memory() {
-        an_unreachable_store_hands_the_delivery_back(Binding::Memory, unreachable_postgres()).await;
+        an_unreachable_store_fails_into_the_retry_path(Binding::Memory, unreachable_postgres())
+            .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_on_rabbitmq() {
-        an_unreachable_store_hands_the_delivery_back(Binding::RabbitMq, unreachable_postgres())
+        an_unreachable_store_fails_into_the_retry_path(Binding::RabbitMq, unreachable_postgres())
             .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_on_redis() {
-        an_unreachable_store_hands_the_delivery_back(Binding::Redis, unreachable_postgres()).await;
+        an_unreachable_store_fails_into_the_retry_path(Binding::Redis, unreachable_postgres())
+            .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_claiming_on_memory() {
-        an_unreachable_store_hands_the_delivery_back(Binding::Memory, unreachable_redis()).await;
+        an_unreachable_store_fails_into_the_retry_path(Binding::Memory, unreachable_redis()).await;
     }
 }

@@ -37,6 +37,7 @@
 //! ```
 
 mod chain;
+pub mod coalesce;
 mod finding;
 mod fingerprint;
 pub mod outbox;

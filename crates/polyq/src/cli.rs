@@ -8,5 +8,6 @@ pub(crate) mod console;
 pub(crate) mod demo;
 pub(crate) mod dlq;
 pub(crate) mod doctor;
+pub(crate) mod idempotency;
 pub(crate) mod outbox;
 pub(crate) mod payload;

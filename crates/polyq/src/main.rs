@@ -36,6 +36,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::outbox::Command,
     },
+    /// The idempotency stores of either family: purge what expired.
+    Idempotency {
+        #[command(subcommand)]
+        command: cli::idempotency::Command,
+    },
     /// Dead-letter and parked queues of both families: list, show, groups, replay, delete,
     /// purge, export and import.
     Dlq {
@@ -94,6 +99,7 @@ async fn main() -> ExitCode {
         Command::Babel { command } => cli::babel::run(command).await,
         Command::Bench { command } => cli::bench::run(command).await,
         Command::Outbox { command } => cli::outbox::run(command).await,
+        Command::Idempotency { command } => cli::idempotency::run(command).await,
         Command::Demo(demo) => cli::demo::run(demo).await,
         Command::Dlq { command } => cli::dlq::run(command).await,
         Command::Doctor(doctor) => cli::doctor::run(doctor).await,

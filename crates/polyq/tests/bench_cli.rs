@@ -1,6 +1,6 @@
-//! `polyq bench acemq` and `polyq bench babel` on the embedded broker, run as the built binary
-//! with tiny counts: the output has every figure, and every figure is a number. No timing is
-//! asserted.
+//! `polyq bench acemq`, `polyq bench babel` and `polyq bench idempotency` on the embedded broker
+//! (the last with the real PostgreSQL and Redis as stores), run as the built binary with tiny
+//! counts: the output has every figure, and every figure is a number. No timing is asserted.
 
 use std::process::Command;
 
@@ -103,4 +103,36 @@ fn bench_babel_refuses_an_acemq_comparison_on_redis() {
         stderr.contains("--compare-acemq needs an AMQP broker"),
         "{stderr}"
     );
+}
+
+#[test]
+fn bench_idempotency_prints_both_sides_and_the_ratio_for_each_store() {
+    for (store, db) in [
+        ("postgres", polyq_testkit::postgres_url()),
+        ("redis", polyq_testkit::redis_url()),
+    ] {
+        let output = bench(&[
+            "idempotency",
+            "--store",
+            store,
+            "--db",
+            &db,
+            "--url",
+            &format!("memory://bench-cli-idempotency-{store}"),
+            "--messages",
+            "200",
+            "--rounds",
+            "1",
+            "--concurrency",
+            "8",
+            "--prefetch",
+            "50",
+        ]);
+        assert!(
+            figure(&output, "round 1:", "plain consume") > 0.0,
+            "{output}"
+        );
+        assert!(figure(&output, "round 1:", "idempotent") > 0.0, "{output}");
+        assert!(figure(&output, "ratio:", "ratio:") > 0.0, "{output}");
+    }
 }

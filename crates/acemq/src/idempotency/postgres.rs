@@ -6,13 +6,27 @@
 //! expired row. When it returns nothing, the row is read to tell a confirmation from a live
 //! claim: duplicates are decided by looking for the row, never by reading an error code.
 //! Times are the database's clock (`now()`), so instances with skewed clocks agree on leases.
+//!
+//! Claims and confirms made at the same time (a consumer with a concurrency above 1, or
+//! several consumers on one store) go to the database together, one statement for the batch
+//! ([`polyq_runtime::coalesce`]): each key still gets its own answer, and each caller returns
+//! only once its batch committed, so a confirm still precedes the acknowledgement. Keys are
+//! written in sorted order, so two batches touching the same keys cannot deadlock.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use polyq_runtime::coalesce::{BatchFn, Coalescer};
 use sqlx::{PgPool, Row};
 
 use super::{CLAIMED, CONFIRMED, ClaimResult, IdempotencyStore, Lease, StoreError, node_id};
+
+/// Keys one statement claims or confirms at most.
+const MAX_BATCH: usize = 256;
+/// Batch statements of one kind running at once: with claims and confirms, twice this many of
+/// the pool's connections (sqlx's default pool has 10).
+const CONCURRENT_BATCHES: usize = 3;
 
 /// The table a store uses unless told otherwise, as in the Java, Go, Python and .NET ports.
 pub const DEFAULT_TABLE: &str = "acemq_idempotency";
@@ -44,6 +58,8 @@ pub struct PostgresIdempotencyStore {
     statements: Arc<Statements>,
     node: Arc<str>,
     lease: Lease,
+    claims: Coalescer<(String, f64), ClaimResult, Arc<sqlx::Error>>,
+    confirms: Coalescer<(String, f64), (), Arc<sqlx::Error>>,
 }
 
 struct Statements {
@@ -56,10 +72,12 @@ struct Statements {
 
 impl Statements {
     fn for_table(table: &str) -> Self {
-        let upsert = |state: &str, holder: &str, ttl: &str, guard: &str| {
+        // One row per key of the batch, each with its own lease or retention in seconds.
+        let upsert = |state: &str, holder: &str, guard: &str| {
             format!(
                 "INSERT INTO {table} AS held (message_id, state, claimed_by, recorded_at, expires_at) \
-                 VALUES ($1, '{state}', {holder}, now(), now() + make_interval(secs => {ttl})) \
+                 SELECT key, '{state}', {holder}, now(), now() + make_interval(secs => ttl) \
+                 FROM unnest($1::varchar[], $2::float8[]) AS batch(key, ttl) \
                  ON CONFLICT (message_id) DO UPDATE SET state = EXCLUDED.state, \
                  claimed_by = EXCLUDED.claimed_by, recorded_at = EXCLUDED.recorded_at, \
                  expires_at = EXCLUDED.expires_at{guard}"
@@ -68,14 +86,14 @@ impl Statements {
         Self {
             claim: upsert(
                 CLAIMED,
-                "$2",
                 "$3",
                 " WHERE held.expires_at <= now() RETURNING message_id",
             ),
             lookup: format!(
-                "SELECT state, expires_at > now() AS live FROM {table} WHERE message_id = $1"
+                "SELECT message_id, state, expires_at > now() AS live FROM {table} \
+                 WHERE message_id = ANY($1)"
             ),
-            confirm: upsert(CONFIRMED, "NULL", "$2", ""),
+            confirm: upsert(CONFIRMED, "NULL", ""),
             release: format!(
                 "DELETE FROM {table} WHERE message_id = $1 AND state = '{CLAIMED}' AND claimed_by = $2"
             ),
@@ -96,11 +114,15 @@ impl std::fmt::Debug for PostgresIdempotencyStore {
 impl PostgresIdempotencyStore {
     /// A store on `pool` using [`DEFAULT_TABLE`], the default claim timeout and retention.
     pub fn new(pool: PgPool) -> Self {
+        let statements = Arc::new(Statements::for_table(DEFAULT_TABLE));
+        let node: Arc<str> = Arc::from(node_id());
         Self {
+            claims: claims(&pool, &statements, &node),
+            confirms: confirms(&pool, &statements),
             pool,
             table: Arc::from(DEFAULT_TABLE),
-            statements: Arc::new(Statements::for_table(DEFAULT_TABLE)),
-            node: Arc::from(node_id()),
+            statements,
+            node,
             lease: Lease::default(),
         }
     }
@@ -116,6 +138,8 @@ impl PostgresIdempotencyStore {
         check_identifier(name)?;
         self.table = Arc::from(name);
         self.statements = Arc::new(Statements::for_table(name));
+        self.claims = claims(&self.pool, &self.statements, &self.node);
+        self.confirms = confirms(&self.pool, &self.statements);
         Ok(self)
     }
 
@@ -153,37 +177,129 @@ impl PostgresIdempotencyStore {
         }
     }
 
-    async fn claim_key(&self, key: &str) -> Result<ClaimResult, StoreError> {
-        let failed = |error| self.failed(format!("claim key `{key}`"), error);
-        let won = sqlx::query(&self.statements.claim)
-            .bind(key)
-            .bind(&*self.node)
-            .bind(self.lease.claim_timeout.as_secs_f64())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(failed)?;
-        if won.is_some() {
-            return Ok(ClaimResult::Claimed);
+    fn batch_failed(
+        &self,
+        operation: String,
+        error: polyq_runtime::coalesce::CoalesceError<Arc<sqlx::Error>>,
+    ) -> StoreError {
+        StoreError::Backend {
+            store: "postgres",
+            operation,
+            source: Box::new(error),
         }
-        let row = sqlx::query(&self.statements.lookup)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(failed)?;
-        let Some(row) = row else {
-            // Purged between the two statements: tried again later rather than guessed.
-            return Ok(ClaimResult::InProgress);
-        };
-        let state: String = row.try_get("state").map_err(failed)?;
-        let live: bool = row.try_get("live").map_err(failed)?;
-        Ok(if live && state == CONFIRMED {
-            ClaimResult::AlreadyConfirmed
-        } else {
-            // A live claim, or a row that expired since the insert looked at it: either way
-            // the next try decides.
-            ClaimResult::InProgress
-        })
     }
+}
+
+/// Claims a batch of keys: one insert for all of them, then one read of the rows it did not
+/// take, for the keys it did not win.
+fn claims(
+    pool: &PgPool,
+    statements: &Arc<Statements>,
+    node: &Arc<str>,
+) -> Coalescer<(String, f64), ClaimResult, Arc<sqlx::Error>> {
+    let (pool, statements, node) = (pool.clone(), Arc::clone(statements), Arc::clone(node));
+    let run: BatchFn<(String, f64), ClaimResult, Arc<sqlx::Error>> =
+        Arc::new(move |batch: Vec<(String, f64)>| {
+            let (pool, statements, node) =
+                (pool.clone(), Arc::clone(&statements), Arc::clone(&node));
+            Box::pin(async move {
+                claim_batch(&pool, &statements, &node, batch)
+                    .await
+                    .map_err(Arc::new)
+            })
+        });
+    Coalescer::new(MAX_BATCH, CONCURRENT_BATCHES, run)
+}
+
+async fn claim_batch(
+    pool: &PgPool,
+    statements: &Statements,
+    node: &str,
+    batch: Vec<(String, f64)>,
+) -> Result<Vec<ClaimResult>, sqlx::Error> {
+    let (keys, ttls) = distinct_sorted(&batch);
+    let won: Vec<String> = sqlx::query_scalar(&statements.claim)
+        .bind(&keys)
+        .bind(&ttls)
+        .bind(node)
+        .fetch_all(pool)
+        .await?;
+    let mut found: HashMap<String, ClaimResult> = won
+        .into_iter()
+        .map(|key| (key, ClaimResult::Claimed))
+        .collect();
+    let lost: Vec<&String> = keys
+        .iter()
+        .filter(|key| !found.contains_key(*key))
+        .collect();
+    if !lost.is_empty() {
+        let rows = sqlx::query(&statements.lookup)
+            .bind(&lost)
+            .fetch_all(pool)
+            .await?;
+        for row in rows {
+            let state: String = row.try_get("state")?;
+            let live: bool = row.try_get("live")?;
+            let result = if live && state == CONFIRMED {
+                ClaimResult::AlreadyConfirmed
+            } else {
+                // A live claim, or a row that expired since the insert looked at it: either
+                // way the next try decides.
+                ClaimResult::InProgress
+            };
+            found.insert(row.try_get("message_id")?, result);
+        }
+    }
+    // A key purged between the two statements is tried again later rather than guessed; a key
+    // twice in one batch is claimed once, and its second delivery finds the claim live.
+    let mut answered = std::collections::HashSet::new();
+    Ok(batch
+        .iter()
+        .map(|(key, _)| {
+            let result = found.get(key).copied().unwrap_or(ClaimResult::InProgress);
+            match (result, answered.insert(key)) {
+                (ClaimResult::Claimed, false) => ClaimResult::InProgress,
+                (result, _) => result,
+            }
+        })
+        .collect())
+}
+
+/// Confirms a batch of keys in one insert.
+fn confirms(
+    pool: &PgPool,
+    statements: &Arc<Statements>,
+) -> Coalescer<(String, f64), (), Arc<sqlx::Error>> {
+    let (pool, statements) = (pool.clone(), Arc::clone(statements));
+    let run: BatchFn<(String, f64), (), Arc<sqlx::Error>> =
+        Arc::new(move |batch: Vec<(String, f64)>| {
+            let (pool, statements) = (pool.clone(), Arc::clone(&statements));
+            Box::pin(async move {
+                let (keys, ttls) = distinct_sorted(&batch);
+                sqlx::query(&statements.confirm)
+                    .bind(&keys)
+                    .bind(&ttls)
+                    .execute(&pool)
+                    .await
+                    .map_err(Arc::new)?;
+                Ok(vec![(); batch.len()])
+            })
+        });
+    Coalescer::new(MAX_BATCH, CONCURRENT_BATCHES, run)
+}
+
+/// The batch's keys once each, sorted (an upsert may touch a row only once, and batches that
+/// lock rows in one order cannot deadlock), each with the longest of its durations.
+fn distinct_sorted(batch: &[(String, f64)]) -> (Vec<String>, Vec<f64>) {
+    let mut longest: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    for (key, ttl) in batch {
+        let entry = longest.entry(key).or_insert(*ttl);
+        *entry = entry.max(*ttl);
+    }
+    longest
+        .into_iter()
+        .map(|(key, ttl)| (key.to_owned(), ttl))
+        .unzip()
 }
 
 /// Refuses anything but a plain SQL identifier.
@@ -214,18 +330,20 @@ fn check_identifier(name: &str) -> Result<(), StoreError> {
 
 impl IdempotencyStore for PostgresIdempotencyStore {
     fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ClaimResult, StoreError>> {
-        Box::pin(self.claim_key(key))
+        Box::pin(async move {
+            self.claims
+                .call((key.to_owned(), self.lease.claim_timeout.as_secs_f64()))
+                .await
+                .map_err(|error| self.batch_failed(format!("claim key `{key}`"), error))
+        })
     }
 
     fn confirm<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            sqlx::query(&self.statements.confirm)
-                .bind(key)
-                .bind(self.lease.retention.as_secs_f64())
-                .execute(&self.pool)
+            self.confirms
+                .call((key.to_owned(), self.lease.retention.as_secs_f64()))
                 .await
-                .map_err(|error| self.failed(format!("confirm key `{key}`"), error))?;
-            Ok(())
+                .map_err(|error| self.batch_failed(format!("confirm key `{key}`"), error))
         })
     }
 

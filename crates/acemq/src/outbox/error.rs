@@ -25,6 +25,7 @@ pub enum OutboxError {
     #[error("could not build the outbox message")]
     Message(#[source] RuntimeError),
     /// A statement against the outbox table failed.
+    #[cfg(feature = "postgres")]
     #[error("could not {operation} the outbox table `{table}`")]
     Database {
         /// What was being done.
@@ -42,6 +43,7 @@ impl OutboxError {
     /// exhausted, not a mistake in the statement or the configuration.
     pub fn is_transient(&self) -> bool {
         match self {
+            #[cfg(feature = "postgres")]
             Self::Database { source, .. } => polyq_runtime::outbox::sqlx_is_transient(source),
             Self::Message(error) => error.is_transient(),
             Self::InvalidTable(_) | Self::InvalidOption { .. } => false,
@@ -50,6 +52,10 @@ impl OutboxError {
 
     /// Whether the database connection was lost or could not be had.
     pub fn is_connection(&self) -> bool {
-        matches!(self, Self::Database { source, .. } if polyq_runtime::outbox::sqlx_is_connection(source))
+        #[cfg(feature = "postgres")]
+        if let Self::Database { source, .. } = self {
+            return polyq_runtime::outbox::sqlx_is_connection(source);
+        }
+        false
     }
 }

@@ -1,6 +1,8 @@
-//! The transactional outbox on PostgreSQL (feature `postgres`): a message is written in the
-//! caller's own database transaction, with the business change it announces, and a relay
-//! publishes it once that transaction has committed.
+//! The transactional outbox: a message is written in the caller's own database transaction,
+//! with the business change it announces, and a relay publishes it once that transaction has
+//! committed. On PostgreSQL with the feature `postgres` ([`Outbox`]), or in the process
+//! ([`MemoryOutbox`], the embedded default beside `memory://`); one [`OutboxRelay`] publishes
+//! from either.
 //!
 //! [`Outbox::record`] builds the message exactly as the [`Publisher`] would send it (the
 //! envelope stamped and intercepted, the body encoded, properties and envelope headers written)
@@ -12,6 +14,7 @@
 //! `acemq_outbox` layout with the relay's lease columns added (see `docs/INTEROP.md`).
 //!
 //! ```no_run
+//! # #[cfg(feature = "postgres")]
 //! # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
 //! use acemq::AceMq;
 //! use acemq::outbox::{self, Outbox, OutboxRelay};
@@ -31,46 +34,74 @@
 //! # }
 //! ```
 
+mod backend;
 mod error;
+mod memory;
 mod relay;
 mod row;
+#[cfg(feature = "postgres")]
 mod store;
 
+#[cfg(feature = "postgres")]
 use sqlx::{PgConnection, PgPool};
 
 pub use error::OutboxError;
+pub use memory::{MemoryOutbox, MemoryTransaction};
 pub use polyq_runtime::outbox::OutboxStatus;
 pub use relay::{
     DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, OutboxRelay, OutboxRelayBuilder, RelayPass,
 };
+#[cfg(feature = "postgres")]
 pub use store::DEFAULT_TABLE;
 
 use crate::contract::codec::Encode;
 use crate::runtime::telemetry;
 use crate::{Envelope, Publisher};
 use row::StoredMessage;
+#[cfg(feature = "postgres")]
 use store::Table;
+
+/// The row a send of `payload` through `publisher` would put on the wire, and the envelope
+/// as it will be sent; its message id is the row's id.
+fn stored<T: ?Sized, E: Encode<T>>(
+    publisher: &Publisher<T, E>,
+    payload: &T,
+    envelope: Option<Envelope>,
+) -> Result<(StoredMessage, Envelope), OutboxError> {
+    let span = telemetry::publish_span(publisher.exchange(), publisher.routing_key());
+    let (message, envelope) = publisher
+        .message(payload, envelope, &span)
+        .map_err(OutboxError::Message)?;
+    Ok((
+        StoredMessage::of(envelope.id().to_owned(), &message),
+        envelope,
+    ))
+}
 
 /// Creates the `acemq_outbox` table and its index if they are not there yet.
 ///
 /// # Errors
 /// [`OutboxError::Database`].
+#[cfg(feature = "postgres")]
 pub async fn migrate(db: &PgPool) -> Result<(), OutboxError> {
     Outbox::new().migrate(db).await
 }
 
-/// The writing half of the outbox: records messages in the caller's transaction.
+/// The writing half of the outbox on PostgreSQL: records messages in the caller's transaction.
+#[cfg(feature = "postgres")]
 #[derive(Debug, Clone)]
 pub struct Outbox {
     table: Table,
 }
 
+#[cfg(feature = "postgres")]
 impl Default for Outbox {
     fn default() -> Self {
         Self::new()
     }
 }
 
+#[cfg(feature = "postgres")]
 impl Outbox {
     /// The outbox in the default table, `acemq_outbox`.
     pub fn new() -> Self {
@@ -151,11 +182,7 @@ impl Outbox {
         payload: &T,
         envelope: Option<Envelope>,
     ) -> Result<Envelope, OutboxError> {
-        let span = telemetry::publish_span(publisher.exchange(), publisher.routing_key());
-        let (message, envelope) = publisher
-            .message(payload, envelope, &span)
-            .map_err(OutboxError::Message)?;
-        let row = StoredMessage::of(envelope.id().to_owned(), &message);
+        let (row, envelope) = stored(publisher, payload, envelope)?;
         self.table.insert(tx, &row).await?;
         Ok(envelope)
     }

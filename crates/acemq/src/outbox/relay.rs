@@ -2,16 +2,18 @@
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use polyq_amqp::{Client, PublishOutcome};
+use futures_util::future::{BoxFuture, join_all};
+use polyq_amqp::{Client, Confirm, PublishOutcome};
 use polyq_runtime::Shutdown;
-use sqlx::PgPool;
+use std::sync::Arc;
 
 use crate::AceMq;
 use crate::outbox::error::OutboxError;
 use polyq_runtime::outbox::{OutboxStatus, linear_backoff, relay_until_stopped};
 
-use crate::outbox::store::{DEFAULT_TABLE, Failure, Table};
+use crate::outbox::MemoryOutbox;
+use crate::outbox::backend::{Backend, Failure};
+use crate::outbox::row::StoredMessage;
 use crate::runtime::telemetry::{OUTBOX_LAG, OUTBOX_TOTAL};
 
 /// Rows claimed per pass unless [`OutboxRelayBuilder::batch_size`] says otherwise.
@@ -36,6 +38,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 /// `acemq.outbox.lag` (seconds the oldest pending row has waited) after every pass.
 ///
 /// ```no_run
+/// # #[cfg(feature = "postgres")]
 /// # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
 /// use acemq::AceMq;
 /// use acemq::outbox::OutboxRelay;
@@ -48,9 +51,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 /// ```
 #[derive(Debug, Clone)]
 pub struct OutboxRelay {
-    db: PgPool,
+    backend: Arc<dyn Backend>,
     client: Client,
-    table: Table,
     batch_size: i64,
     max_attempts: i32,
     lease: Duration,
@@ -58,14 +60,14 @@ pub struct OutboxRelay {
     backoff_cap: Duration,
     confirm_timeout: Duration,
     poll_interval: Duration,
+    synchronous_commit: bool,
 }
 
 /// Configures an [`OutboxRelay`].
 #[derive(Debug)]
 pub struct OutboxRelayBuilder {
-    db: PgPool,
+    source: Source,
     client: Client,
-    table: String,
     batch_size: usize,
     max_attempts: u32,
     lease: Duration,
@@ -73,12 +75,27 @@ pub struct OutboxRelayBuilder {
     backoff_cap: Duration,
     confirm_timeout: Duration,
     poll_interval: Duration,
+    synchronous_commit: bool,
+}
+
+/// Where the relay reads the outbox.
+#[derive(Debug)]
+enum Source {
+    #[cfg(feature = "postgres")]
+    Postgres {
+        db: sqlx::PgPool,
+        table: String,
+    },
+    Memory(MemoryOutbox),
 }
 
 impl OutboxRelayBuilder {
-    /// The outbox table (default `acemq_outbox`).
+    /// The outbox table (default `acemq_outbox`); an in-memory outbox has none, and ignores it.
+    #[cfg(feature = "postgres")]
     pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
+        if let Source::Postgres { table: name, .. } = &mut self.source {
+            *name = table.into();
+        }
         self
     }
 
@@ -123,6 +140,17 @@ impl OutboxRelayBuilder {
         self
     }
 
+    /// Whether the relay's own statements (the lease, the marks) wait for their commit to
+    /// reach the disk (default `false`). Without the wait, a database crash can forget the
+    /// last marks and leases: those rows are published again, duplicates with the same message
+    /// id, never lost, since the rows themselves were committed by the application's own
+    /// transaction under its own settings. `true` trades relay throughput for fewer such
+    /// duplicates after a database crash.
+    pub fn synchronous_commit(mut self, wait: bool) -> Self {
+        self.synchronous_commit = wait;
+        self
+    }
+
     /// The relay.
     ///
     /// # Errors
@@ -141,9 +169,16 @@ impl OutboxRelayBuilder {
         if self.confirm_timeout >= self.lease {
             return invalid("confirm_timeout", "must be shorter than the lease");
         }
+        let backend: Arc<dyn Backend> = match self.source {
+            #[cfg(feature = "postgres")]
+            Source::Postgres { db, table } => Arc::new(crate::outbox::store::PgBackend {
+                db,
+                table: crate::outbox::store::Table::new(&table)?,
+            }),
+            Source::Memory(outbox) => Arc::new(outbox),
+        };
         Ok(OutboxRelay {
-            table: Table::new(&self.table)?,
-            db: self.db,
+            backend,
             client: self.client,
             batch_size: self.batch_size as i64,
             max_attempts,
@@ -152,8 +187,29 @@ impl OutboxRelayBuilder {
             backoff_cap: self.backoff_cap,
             confirm_timeout: self.confirm_timeout,
             poll_interval: self.poll_interval,
+            synchronous_commit: self.synchronous_commit,
         })
     }
+}
+
+/// A leased batch: its rows and the token they are leased to.
+struct Batch {
+    token: String,
+    rows: Vec<(StoredMessage, i32)>,
+}
+
+/// A batch published, its confirms to come.
+struct Sent {
+    token: String,
+    pass: RelayPass,
+    publishes: Vec<(String, i32, polyq_amqp::Result<Confirm>)>,
+}
+
+/// A batch with the broker's answer for each row.
+struct Confirmed {
+    token: String,
+    pass: RelayPass,
+    outcomes: Vec<(String, i32, Result<(), String>)>,
 }
 
 /// What one pass did.
@@ -167,13 +223,37 @@ pub struct RelayPass {
     pub failed: usize,
 }
 
+impl RelayPass {
+    fn add(&mut self, pass: RelayPass) {
+        self.claimed += pass.claimed;
+        self.published += pass.published;
+        self.failed += pass.failed;
+    }
+}
+
 impl OutboxRelay {
     /// A relay publishing through `mq`'s connection, reading `db`.
-    pub fn builder(db: PgPool, mq: &AceMq) -> OutboxRelayBuilder {
+    #[cfg(feature = "postgres")]
+    pub fn builder(db: sqlx::PgPool, mq: &AceMq) -> OutboxRelayBuilder {
+        Self::from_source(
+            Source::Postgres {
+                db,
+                table: crate::outbox::DEFAULT_TABLE.to_owned(),
+            },
+            mq,
+        )
+    }
+
+    /// A relay publishing what `outbox` holds through `mq`'s connection (see
+    /// [`MemoryOutbox`]).
+    pub fn in_memory(outbox: &MemoryOutbox, mq: &AceMq) -> OutboxRelayBuilder {
+        Self::from_source(Source::Memory(outbox.clone()), mq)
+    }
+
+    fn from_source(source: Source, mq: &AceMq) -> OutboxRelayBuilder {
         OutboxRelayBuilder {
-            db,
+            source,
             client: mq.client().clone(),
-            table: DEFAULT_TABLE.to_owned(),
             batch_size: DEFAULT_BATCH_SIZE,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             lease: Duration::from_secs(60),
@@ -181,6 +261,7 @@ impl OutboxRelay {
             backoff_cap: Duration::from_secs(5),
             confirm_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_millis(200),
+            synchronous_commit: false,
         }
     }
 
@@ -189,28 +270,124 @@ impl OutboxRelay {
     /// # Errors
     /// A database failure; rows leased before it are freed when their lease runs out.
     pub async fn flush(&self) -> Result<RelayPass, OutboxError> {
+        let batch = self.claim().await?;
+        let sent = self.send(batch).await?;
+        let confirmed = self.confirms(sent).await;
+        self.settle(confirmed).await
+    }
+
+    /// Passes until one publishes nothing (the outbox is empty, or only rows under backoff are
+    /// left), at most `max_passes`; the passes added up. Full batches follow each other as in
+    /// [`OutboxRelay::run`]: the next batch is leased, and the previous one marked, while the
+    /// current one's confirms are outstanding.
+    ///
+    /// # Errors
+    /// As [`OutboxRelay::flush`].
+    pub async fn drain(&self, max_passes: usize) -> Result<RelayPass, OutboxError> {
+        let mut total = RelayPass::default();
+        let mut left = max_passes;
+        while left > 0 {
+            let (streak, passes) = self.streak(left, &|| false).await?;
+            total.claimed += streak.claimed;
+            total.published += streak.published;
+            total.failed += streak.failed;
+            left -= passes;
+            if streak.published == 0 {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Passes back to back while each finds a full batch, at most `max_passes`, until `stop`
+    /// says so; the passes added up and how many ran. Batch n's confirms are awaited together
+    /// with the lease of batch n + 1 and the marks of batch n - 1, so the two database round
+    /// trips of a pass overlap the broker's; at most one batch's confirms are outstanding at
+    /// a time, and a row is marked published only after its own confirm, as in
+    /// [`OutboxRelay::flush`].
+    async fn streak(
+        &self,
+        max_passes: usize,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<(RelayPass, usize), OutboxError> {
+        let mut total = RelayPass::default();
+        let mut passes = 0;
+        let mut next = Some(self.claim().await?);
+        let mut marking: Option<BoxFuture<'_, Result<RelayPass, OutboxError>>> = None;
+        while let Some(batch) = next.take() {
+            passes += 1;
+            let full = batch.rows.len() as i64 >= self.batch_size;
+            let more = full && passes < max_passes && !stop();
+            let sent = self.send(batch).await?;
+            let (confirmed, claimed, marked) = futures_util::future::join3(
+                self.confirms(sent),
+                async {
+                    if more {
+                        self.claim().await.map(Some)
+                    } else {
+                        Ok(None)
+                    }
+                },
+                async {
+                    match marking.take() {
+                        Some(marking) => marking.await.map(Some),
+                        None => Ok(None),
+                    }
+                },
+            )
+            .await;
+            // The marks of this batch go on while the next is published; an error in them, or
+            // in the lease, ends the streak (leased rows come back when their lease runs out).
+            let pending_marks: BoxFuture<'_, _> = Box::pin(self.settle(confirmed));
+            if let Some(pass) = marked? {
+                total.add(pass);
+            }
+            next = match claimed {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    pending_marks.await?;
+                    return Err(error);
+                }
+            };
+            marking = Some(pending_marks);
+        }
+        if let Some(marking) = marking {
+            total.add(marking.await?);
+        }
+        Ok((total, passes))
+    }
+
+    /// Leases the next batch under a token of its own.
+    async fn claim(&self) -> Result<Batch, OutboxError> {
         let token = uuid::Uuid::new_v4().to_string();
-        let claimed = self
-            .table
+        let rows = self
+            .backend
             .claim(
-                &self.db,
                 &token,
                 self.lease,
                 self.max_attempts,
                 self.batch_size,
+                self.synchronous_commit,
             )
             .await?;
+        Ok(Batch { token, rows })
+    }
+
+    /// Publishes a leased batch's rows; a row that cannot be read as a message is marked
+    /// failed at once.
+    async fn send(&self, batch: Batch) -> Result<Sent, OutboxError> {
+        let Batch { token, rows } = batch;
         let mut pass = RelayPass {
-            claimed: claimed.len(),
+            claimed: rows.len(),
             ..RelayPass::default()
         };
-        let mut sent = Vec::with_capacity(claimed.len());
-        for (row, attempts) in claimed {
+        let mut publishes = Vec::with_capacity(rows.len());
+        for (row, attempts) in rows {
             let id = row.id.clone();
             let message = match row.into_message() {
                 Ok(message) => message,
                 Err(reason) => {
-                    tracing::warn!(table = self.table.name(), id, %reason, "an outbox row cannot be published; it is marked failed");
+                    tracing::warn!(table = self.backend.name(), id, %reason, "an outbox row cannot be published; it is marked failed");
                     let failure = Failure::Permanent {
                         max_attempts: self.max_attempts,
                     };
@@ -218,33 +395,68 @@ impl OutboxRelay {
                     continue;
                 }
             };
-            sent.push((id, attempts, self.client.publish(message).await));
+            publishes.push((id, attempts, self.client.publish(message).await));
         }
-        let confirms = join_all(sent.into_iter().map(|(id, attempts, publish)| async move {
-            let outcome = match publish {
-                Ok(confirm) => match tokio::time::timeout(self.confirm_timeout, confirm).await {
-                    Ok(Ok(PublishOutcome::Acked)) => Ok(()),
-                    Ok(Ok(PublishOutcome::Nacked)) => {
-                        Err("the broker refused it (nack)".to_owned())
-                    }
-                    Ok(Ok(PublishOutcome::Returned(returned))) => Err(format!(
-                        "unroutable: {} ({})",
-                        returned.reply_text, returned.reply_code
-                    )),
-                    Ok(Err(error)) => Err(polyq_amqp::error_chain(&error)),
-                    Err(_) => Err(format!("no confirm within {:?}", self.confirm_timeout)),
-                },
-                Err(error) => Err(polyq_amqp::error_chain(&error)),
-            };
-            (id, attempts, outcome)
-        }))
+        Ok(Sent {
+            token,
+            pass,
+            publishes,
+        })
+    }
+
+    /// Awaits the broker's answer to every publish of a batch.
+    async fn confirms(&self, sent: Sent) -> Confirmed {
+        let Sent {
+            token,
+            pass,
+            publishes,
+        } = sent;
+        let outcomes = join_all(
+            publishes
+                .into_iter()
+                .map(|(id, attempts, publish)| async move {
+                    let outcome = match publish {
+                        Ok(confirm) => match tokio::time::timeout(self.confirm_timeout, confirm)
+                            .await
+                        {
+                            Ok(Ok(PublishOutcome::Acked)) => Ok(()),
+                            Ok(Ok(PublishOutcome::Nacked)) => {
+                                Err("the broker refused it (nack)".to_owned())
+                            }
+                            Ok(Ok(PublishOutcome::Returned(returned))) => Err(format!(
+                                "unroutable: {} ({})",
+                                returned.reply_text, returned.reply_code
+                            )),
+                            Ok(Err(error)) => Err(polyq_amqp::error_chain(&error)),
+                            Err(_) => Err(format!("no confirm within {:?}", self.confirm_timeout)),
+                        },
+                        Err(error) => Err(polyq_amqp::error_chain(&error)),
+                    };
+                    (id, attempts, outcome)
+                }),
+        )
         .await;
-        let mut published = Vec::with_capacity(confirms.len());
-        for (id, attempts, outcome) in confirms {
+        Confirmed {
+            token,
+            pass,
+            outcomes,
+        }
+    }
+
+    /// Marks the confirmed rows published in one statement and the others failed, counts them
+    /// and reads the lag.
+    async fn settle(&self, confirmed: Confirmed) -> Result<RelayPass, OutboxError> {
+        let Confirmed {
+            token,
+            mut pass,
+            outcomes,
+        } = confirmed;
+        let mut published = Vec::with_capacity(outcomes.len());
+        for (id, attempts, outcome) in outcomes {
             match outcome {
                 Ok(()) => published.push(id),
                 Err(reason) => {
-                    tracing::warn!(table = self.table.name(), id, %reason, "an outbox publish failed; it is retried after a backoff");
+                    tracing::warn!(table = self.backend.name(), id, %reason, "an outbox publish failed; it is retried after a backoff");
                     let failure = Failure::Retry {
                         backoff: self.backoff_for(attempts),
                     };
@@ -252,49 +464,34 @@ impl OutboxRelay {
                 }
             }
         }
-        self.table
-            .mark_published(&self.db, &token, &published)
+        self.backend
+            .mark_published(&token, &published, self.synchronous_commit)
             .await?;
         pass.published = published.len();
-        metrics::counter!(OUTBOX_TOTAL, "outcome" => "published", "table" => self.table.name().to_owned())
+        metrics::counter!(OUTBOX_TOTAL, "outcome" => "published", "table" => self.backend.name().to_owned())
             .increment(pass.published as u64);
         let lag = self
-            .table
-            .lag(&self.db, self.max_attempts)
+            .backend
+            .lag(self.max_attempts)
             .await?
             .unwrap_or_default();
-        metrics::gauge!(OUTBOX_LAG, "table" => self.table.name().to_owned()).set(lag.as_secs_f64());
+        metrics::gauge!(OUTBOX_LAG, "table" => self.backend.name().to_owned())
+            .set(lag.as_secs_f64());
         Ok(pass)
     }
 
-    /// Passes until one publishes nothing (the outbox is empty, or only rows under backoff are
-    /// left), at most `max_passes`; the passes added up.
-    ///
-    /// # Errors
-    /// As [`OutboxRelay::flush`].
-    pub async fn drain(&self, max_passes: usize) -> Result<RelayPass, OutboxError> {
-        let mut total = RelayPass::default();
-        for _ in 0..max_passes {
-            let pass = self.flush().await?;
-            total.claimed += pass.claimed;
-            total.published += pass.published;
-            total.failed += pass.failed;
-            if pass.published == 0 {
-                break;
-            }
-        }
-        Ok(total)
-    }
-
-    /// Relays until `shutdown` stops it: a full batch is followed by the next at once, anything
-    /// less by [`OutboxRelayBuilder::poll_interval`]. A failing database is logged and tried
+    /// Relays until `shutdown` stops it: a full batch is followed by the next at once (leased
+    /// while the current one's confirms are outstanding), anything less by
+    /// [`OutboxRelayBuilder::poll_interval`]. A failing database is logged and tried
     /// again after the interval. The pass under way when the stop comes is finished.
     pub async fn run(&self, shutdown: Shutdown) {
+        let stopping = || shutdown.is_stopping();
         relay_until_stopped(&shutdown, self.poll_interval, || async {
-            match self.flush().await {
-                Ok(pass) => pass.claimed as i64 >= self.batch_size,
+            match self.streak(usize::MAX, &stopping).await {
+                // A streak ends on a batch that was not full, or at the stop.
+                Ok(_) => false,
                 Err(error) => {
-                    tracing::warn!(table = self.table.name(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
+                    tracing::warn!(table = self.backend.name(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
                     false
                 }
             }
@@ -307,7 +504,7 @@ impl OutboxRelay {
     /// # Errors
     /// A database failure.
     pub async fn status(&self) -> Result<OutboxStatus, OutboxError> {
-        self.table.status(&self.db, self.max_attempts).await
+        self.backend.status(self.max_attempts).await
     }
 
     async fn fail(
@@ -318,10 +515,10 @@ impl OutboxRelay {
         failure: Failure,
         pass: &mut RelayPass,
     ) -> Result<(), OutboxError> {
-        self.table
-            .mark_failed(&self.db, token, id, reason, failure)
+        self.backend
+            .mark_failed(token, id, reason, failure, self.synchronous_commit)
             .await?;
-        metrics::counter!(OUTBOX_TOTAL, "outcome" => "failed", "table" => self.table.name().to_owned())
+        metrics::counter!(OUTBOX_TOTAL, "outcome" => "failed", "table" => self.backend.name().to_owned())
             .increment(1);
         pass.failed += 1;
         Ok(())

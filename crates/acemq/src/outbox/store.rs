@@ -1,10 +1,14 @@
 //! The SQL of the outbox table: the writer's insert, the relay's lease and marks, the status.
+//! The relay's statements run on [`PgBackend`], its own pool.
 
 use std::time::Duration;
 
 use polyq_runtime::outbox::OutboxStatus;
 use sqlx::{PgConnection, PgPool, Row};
 
+use futures_util::future::BoxFuture;
+
+use crate::outbox::backend::{Backend, Failure, truncate};
 use crate::outbox::error::OutboxError;
 use crate::outbox::row::StoredMessage;
 
@@ -87,12 +91,14 @@ impl Table {
         lease: Duration,
         max_attempts: i32,
         limit: i64,
+        synchronous_commit: bool,
     ) -> Result<Vec<(StoredMessage, i32)>, OutboxError> {
         let t = &self.0;
+        let commit = commit_setting(synchronous_commit);
         let rows = sqlx::query(&format!(
             "WITH claimed AS ( \
                UPDATE {t} SET locked_by = $1, locked_until = now() + make_interval(secs => $2) \
-               WHERE id IN ( \
+               {commit} WHERE id IN ( \
                  SELECT id FROM {t} \
                  WHERE published_at IS NULL AND attempts < $3 \
                    AND (locked_until IS NULL OR locked_until < now()) \
@@ -133,14 +139,16 @@ impl Table {
         db: &PgPool,
         token: &str,
         ids: &[String],
+        synchronous_commit: bool,
     ) -> Result<(), OutboxError> {
         if ids.is_empty() {
             return Ok(());
         }
         sqlx::query(&format!(
             "UPDATE {} SET published_at = now(), locked_by = NULL, locked_until = NULL \
-             WHERE id = ANY($1) AND locked_by = $2",
-            self.0
+             {} WHERE id = ANY($1) AND locked_by = $2",
+            self.0,
+            commit_setting(synchronous_commit)
         ))
         .bind(ids)
         .bind(token)
@@ -160,6 +168,7 @@ impl Table {
         id: &str,
         reason: &str,
         failure: Failure,
+        synchronous_commit: bool,
     ) -> Result<(), OutboxError> {
         let (backoff, exhaust) = match failure {
             Failure::Retry { backoff } => (backoff, 0),
@@ -168,8 +177,9 @@ impl Table {
         sqlx::query(&format!(
             "UPDATE {} SET attempts = GREATEST(attempts + 1, $1), last_error = $2, \
                locked_by = NULL, locked_until = now() + make_interval(secs => $3) \
-             WHERE id = $4 AND locked_by = $5",
-            self.0
+             {} WHERE id = $4 AND locked_by = $5",
+            self.0,
+            commit_setting(synchronous_commit)
         ))
         .bind(exhaust)
         .bind(truncate(reason))
@@ -223,27 +233,81 @@ impl Table {
     }
 }
 
-/// How a failed publish is counted.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Failure {
-    /// The broker may take it later: offer it again after `backoff`.
-    Retry { backoff: Duration },
-    /// The row can never be published as it is.
-    Permanent { max_attempts: i32 },
+/// The table on the relay's own pool.
+#[derive(Debug)]
+pub(crate) struct PgBackend {
+    pub db: PgPool,
+    pub table: Table,
 }
 
-/// The reason as stored: bounded, since a wrapped error chain can be long and a broker's reason
-/// fits in far less (the Java port bounds it at 1000 too).
-fn truncate(reason: &str) -> &str {
-    const LIMIT: usize = 1000;
-    if reason.len() <= LIMIT {
-        return reason;
+impl Backend for PgBackend {
+    fn name(&self) -> &str {
+        self.table.name()
     }
-    let mut end = LIMIT;
-    while !reason.is_char_boundary(end) {
-        end -= 1;
+
+    fn claim<'a>(
+        &'a self,
+        token: &'a str,
+        lease: Duration,
+        max_attempts: i32,
+        limit: i64,
+        synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>> {
+        Box::pin(self.table.claim(
+            &self.db,
+            token,
+            lease,
+            max_attempts,
+            limit,
+            synchronous_commit,
+        ))
     }
-    &reason[..end]
+
+    fn mark_published<'a>(
+        &'a self,
+        token: &'a str,
+        ids: &'a [String],
+        synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(
+            self.table
+                .mark_published(&self.db, token, ids, synchronous_commit),
+        )
+    }
+
+    fn mark_failed<'a>(
+        &'a self,
+        token: &'a str,
+        id: &'a str,
+        reason: &'a str,
+        failure: Failure,
+        synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(
+            self.table
+                .mark_failed(&self.db, token, id, reason, failure, synchronous_commit),
+        )
+    }
+
+    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>> {
+        Box::pin(self.table.lag(&self.db, max_attempts))
+    }
+
+    fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>> {
+        Box::pin(self.table.status(&self.db, max_attempts))
+    }
+}
+
+/// The `FROM` clause that lets one `UPDATE` commit without waiting for its WAL flush when
+/// `synchronous_commit` is off: `set_config(…, true)` holds for the statement's own
+/// transaction only, so the setting never outlives it on a pooled connection that the
+/// application shares.
+fn commit_setting(synchronous_commit: bool) -> &'static str {
+    if synchronous_commit {
+        ""
+    } else {
+        "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relay_commit"
+    }
 }
 
 #[cfg(test)]
@@ -260,14 +324,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn a_long_reason_is_cut_on_a_character_boundary() {
-        let reason = "é".repeat(600);
-        let cut = truncate(&reason);
-        assert!(cut.len() <= 1000);
-        assert!(reason.starts_with(cut));
-        assert_eq!(truncate("short"), "short");
     }
 }

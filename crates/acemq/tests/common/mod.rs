@@ -129,9 +129,18 @@ pub async fn spawn_child_consumer(
     env: &[(&str, &str)],
     started: &str,
 ) -> (tokio::process::Child, String) {
+    spawn_child("child_consumer", env, started).await
+}
+
+/// [`spawn_child_consumer`] for the ignored test `test` of this binary.
+pub async fn spawn_child(
+    test: &str,
+    env: &[(&str, &str)],
+    started: &str,
+) -> (tokio::process::Child, String) {
     use tokio::io::{AsyncBufReadExt as _, BufReader};
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "child_consumer", "--nocapture"])
+        .args(["--ignored", "--exact", test, "--nocapture"])
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -144,9 +153,9 @@ pub async fn spawn_child_consumer(
                 return rest.to_owned();
             }
         }
-        panic!("the consumer process ended before its handler started");
+        panic!("the child process ended before it said `{started}`");
     })
     .await
-    .expect("the consumer process started handling the message in time");
+    .expect("the child process got there in time");
     (child, rest)
 }

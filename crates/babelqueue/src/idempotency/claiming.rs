@@ -36,13 +36,14 @@ pub trait ClaimingStore: IdempotencyStore {
 ///
 /// A duplicate that loses the claim waits, looking again with a growing pause (up to half a
 /// second), until the winner commits (then it is skipped), releases (then it claims and runs),
-/// or `max_wait` passes (then it is refused with [`Refusal::Store`], to be delivered again). No
+/// or `max_wait` passes (then it is refused with [`Refusal::InProgress`], to be delivered again). No
 /// usable id runs unguarded. After success the id is committed (best effort, as
 /// [`super::record_success`]); after a failure the claim is released (best effort: the claim's
 /// TTL is the backstop).
 ///
 /// # Errors
-/// [`Refusal::Store`] when the store cannot answer or the claim stayed with another consumer;
+/// [`Refusal::Store`] when the store cannot answer, [`Refusal::InProgress`] when the claim stayed
+/// with another consumer;
 /// [`Refusal::Handler`] with the handler's error.
 ///
 /// ```
@@ -119,7 +120,7 @@ pub(super) async fn claimed<T, E>(
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Refusal::Store(Error::Store(format!(
+            return Err(Refusal::InProgress(Error::Store(format!(
                 "another consumer holds the claim on this message id and did not finish within {max_wait:?}; the message is delivered again later"
             ))));
         }
@@ -279,7 +280,7 @@ mod tests {
             Ok::<_, String>(())
         })
         .await;
-        assert!(matches!(refused, Err(Refusal::Store(Error::Store(_)))));
+        assert!(matches!(refused, Err(Refusal::InProgress(Error::Store(_)))));
         store.release("a").await.unwrap();
         store.remember("a").await.unwrap();
         store.release("a").await.unwrap();

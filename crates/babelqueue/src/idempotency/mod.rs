@@ -13,9 +13,11 @@
 //! The worker takes either as an option ([`Idempotency`], given to
 //! [`Worker::idempotent`](crate::worker::Worker::idempotent) for every URN or to
 //! [`Worker::idempotent_for`](crate::worker::Worker::idempotent_for) for one). A store that cannot
-//! answer a lookup or a claim hands the message back, untouched, to be delivered again: it is never
-//! acknowledged and never dropped for it. A failed remember after a success is logged and the
-//! message acknowledged: the documented at-least-once window.
+//! answer a lookup or a claim fails the delivery as a handler error would: retried with an
+//! attempt counted, then dead-lettered, never acknowledged and never dropped for it (as
+//! upstream, and as AceMQ's idempotent consumer). A claim another consumer holds past the wait
+//! hands the message back untouched, no attempt counted. A failed remember after a success is
+//! logged and the message acknowledged: the documented at-least-once window.
 
 mod claiming;
 #[cfg(feature = "postgres")]
@@ -33,7 +35,8 @@ use crate::error::{Error, Result};
 
 #[cfg(feature = "postgres")]
 pub use self::postgres::{
-    CLAIMING_MIGRATION, PostgresClaimingStore, PostgresStore, SEEN_SET_MIGRATION, migrate,
+    CLAIMING_MIGRATION, CLAIMING_TABLE, PostgresClaimingStore, PostgresStore, SEEN_SET_MIGRATION,
+    SEEN_SET_TABLE, migrate,
 };
 #[cfg(feature = "redis")]
 pub use self::redis::{RedisClaimingStore, RedisStore};
@@ -110,10 +113,15 @@ pub enum Effect<T> {
 /// Why a guarded handler did not succeed.
 #[derive(Debug)]
 pub enum Refusal<E> {
-    /// The store could not answer before the handler ran (or a claim stayed with another
-    /// consumer): the handler did not run; deliver the message again, without counting an
-    /// attempt.
+    /// The store could not answer before the handler ran: the handler did not run, and the
+    /// delivery fails as a handler error would (retried with an attempt counted, then
+    /// dead-lettered), never acknowledged, never dropped, as the SDKs' wrappers return the
+    /// lookup error and AceMQ's idempotent consumer fails the delivery.
     Store(Error),
+    /// Another consumer held the claim on this id for longer than the wait (claiming stores
+    /// only): the handler did not run; the message is delivered again without counting an
+    /// attempt, since nothing failed (AceMQ's `IN_PROGRESS`).
+    InProgress(Error),
     /// The handler ran and failed: the id stays unmarked, so retries and dead-lettering apply.
     Handler(E),
 }

@@ -19,8 +19,11 @@ pub const SEEN_SET_MIGRATION: &str =
 pub const CLAIMING_MIGRATION: &str =
     include_str!("../../migrations/postgres/idempotency_0002_claiming.sql");
 
-const SEEN_SET_TABLE: &str = "babelqueue_idempotency";
-const CLAIMING_TABLE: &str = "bq_idempotency";
+/// The seen-set's table unless told otherwise (the Go SDK's).
+pub const SEEN_SET_TABLE: &str = "babelqueue_idempotency";
+/// The claiming store's table unless told otherwise (the PHP SDK's `PdoStore`).
+pub const CLAIMING_TABLE: &str = "bq_idempotency";
+
 fn failed(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
     super::failed("postgres", operation)
 }

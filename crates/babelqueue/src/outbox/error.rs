@@ -22,6 +22,7 @@ pub enum OutboxError {
     #[error("could not encode the envelope for the outbox")]
     Encode(#[source] crate::Error),
     /// A statement against the outbox table failed.
+    #[cfg(feature = "postgres")]
     #[error("could not {operation} the outbox table `{table}`")]
     Database {
         /// What was being done.
@@ -38,11 +39,19 @@ impl OutboxError {
     /// Whether trying again later can succeed: the database was unreachable or the pool was
     /// exhausted, not a mistake in the statement, the envelope or the configuration.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Database { source, .. } if polyq_runtime::outbox::sqlx_is_transient(source))
+        #[cfg(feature = "postgres")]
+        if let Self::Database { source, .. } = self {
+            return polyq_runtime::outbox::sqlx_is_transient(source);
+        }
+        false
     }
 
     /// Whether the database connection was lost or could not be had.
     pub fn is_connection(&self) -> bool {
-        matches!(self, Self::Database { source, .. } if polyq_runtime::outbox::sqlx_is_connection(source))
+        #[cfg(feature = "postgres")]
+        if let Self::Database { source, .. } = self {
+            return polyq_runtime::outbox::sqlx_is_connection(source);
+        }
+        false
     }
 }

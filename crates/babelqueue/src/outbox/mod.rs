@@ -1,6 +1,8 @@
-//! The transactional outbox of ADR-0029 on PostgreSQL (feature `postgres`): the envelope is
-//! saved in the caller's own database transaction, with the business change it announces, and
-//! a relay publishes it once that transaction has committed.
+//! The transactional outbox of ADR-0029: the envelope is saved in the caller's own database
+//! transaction, with the business change it announces, and a relay publishes it once that
+//! transaction has committed. On PostgreSQL with the feature `postgres` ([`Outbox`],
+//! [`PgOutboxStore`]), or in the process ([`MemoryOutboxStore`], the embedded default beside
+//! `memory://`); one [`OutboxRelay`] publishes from any [`OutboxStore`].
 //!
 //! [`Outbox::write`] encodes with the frozen codec and saves `(bytes, queue)` (the queue is
 //! `meta.queue`, else `default`) in the transaction it is given; it never begins, commits or
@@ -11,6 +13,7 @@
 //! lease column added (see `docs/INTEROP.md`).
 //!
 //! ```no_run
+//! # #[cfg(feature = "postgres")]
 //! # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
 //! use babelqueue::outbox::{Outbox, OutboxRelay, PgOutboxStore};
 //! use babelqueue::{BabelQueue, MakeOptions, make};
@@ -36,33 +39,98 @@
 //! ```
 
 mod error;
+mod memory;
 mod relay;
+#[cfg(feature = "postgres")]
 mod store;
 
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+#[cfg(feature = "postgres")]
 use sqlx::PgConnection;
 
 pub use error::OutboxError;
+pub use memory::{MemoryOutboxStore, MemoryTransaction};
 pub use polyq_runtime::outbox::OutboxStatus;
 pub use relay::{DEFAULT_BATCH_SIZE, FlushReport, OutboxRelay};
-pub use store::{DEFAULT_TABLE, Failure, OutboxRecord, PgOutboxStore};
+#[cfg(feature = "postgres")]
+pub use store::{DEFAULT_TABLE, PgOutboxStore};
 
 use crate::Envelope;
+
+/// One pending row, claimed for a relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRecord {
+    /// The row's id (the store's key, not `meta.id`).
+    pub id: i64,
+    /// The queue to publish to.
+    pub queue: String,
+    /// The encoded envelope, byte for byte as saved.
+    pub body: String,
+    /// Failed publishes so far.
+    pub attempts: i32,
+}
+
+/// How a failed publish is marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The binding may take it later: count the attempt, offer it again after `backoff`.
+    Retry {
+        /// How long the row is held back.
+        backoff: Duration,
+    },
+    /// The row can never be published as it is (a malformed body or queue): status `failed`.
+    Permanent,
+}
+
+/// The store interface of ADR-0029 a relay drains: `PgOutboxStore` (feature `postgres`) or
+/// [`MemoryOutboxStore`]. Writing is each store's own (in the caller's transaction).
+pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
+    /// The table name (or `memory`), for logs.
+    fn name(&self) -> &str;
+
+    /// Claims up to `limit` pending rows, oldest first, for this relay alone until they are
+    /// marked or a lease runs out.
+    fn fetch_unpublished(
+        &self,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<OutboxRecord>, OutboxError>>;
+
+    /// Marks rows the binding accepted as published.
+    fn mark_published<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>>;
+
+    /// Records a failed publish: the attempt and the reason; a retry is held back for its
+    /// backoff, a permanent failure is `failed`.
+    fn mark_failed<'a>(
+        &'a self,
+        id: i64,
+        reason: &'a str,
+        failure: Failure,
+    ) -> BoxFuture<'a, Result<(), OutboxError>>;
+
+    /// Pending and failed counts and the age of the oldest pending row.
+    fn status(&self) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>>;
+}
 
 /// The queue an envelope with no `meta.queue` is saved for, as in every SDK.
 pub const DEFAULT_QUEUE: &str = "default";
 
-/// The writing half of the outbox: saves envelopes in the caller's transaction.
+/// The writing half of the outbox on PostgreSQL: saves envelopes in the caller's transaction.
+#[cfg(feature = "postgres")]
 #[derive(Debug, Clone)]
 pub struct Outbox {
     table: String,
 }
 
+#[cfg(feature = "postgres")]
 impl Default for Outbox {
     fn default() -> Self {
         Self::new()
     }
 }
 
+#[cfg(feature = "postgres")]
 impl Outbox {
     /// The outbox in the default table, `babelqueue_outbox`.
     pub fn new() -> Self {
@@ -99,11 +167,18 @@ impl Outbox {
         tx: &mut PgConnection,
         envelope: &Envelope,
     ) -> Result<i64, OutboxError> {
-        let encoded = envelope.encode().map_err(OutboxError::Encode)?;
-        let queue = envelope
-            .meta()
-            .and_then(|meta| meta.queue())
-            .unwrap_or(DEFAULT_QUEUE);
+        let (encoded, queue) = encoded(envelope)?;
         store::save(tx, &self.table, &encoded, queue).await
     }
+}
+
+/// The frozen codec's bytes of `envelope` and the queue they are saved for: its `meta.queue`,
+/// else [`DEFAULT_QUEUE`].
+fn encoded(envelope: &Envelope) -> Result<(String, &str), OutboxError> {
+    let encoded = envelope.encode().map_err(OutboxError::Encode)?;
+    let queue = envelope
+        .meta()
+        .and_then(|meta| meta.queue())
+        .unwrap_or(DEFAULT_QUEUE);
+    Ok((encoded, queue))
 }

@@ -9,7 +9,7 @@ use polyq_runtime::Shutdown;
 use crate::outbox::error::OutboxError;
 use polyq_runtime::outbox::{OutboxStatus, linear_backoff, relay_until_stopped};
 
-use crate::outbox::store::{Failure, OutboxRecord, PgOutboxStore};
+use crate::outbox::{Failure, OutboxRecord, OutboxStore};
 use crate::transport::Transport;
 use crate::whitespace::is_blank;
 
@@ -19,7 +19,7 @@ pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// Publishes what [`Outbox::write`](crate::outbox::Outbox::write) committed, through any
 /// binding (memory, Redis, RabbitMQ).
 ///
-/// [`flush`](OutboxRelay::flush) claims one batch ([`PgOutboxStore::fetch_unpublished`]),
+/// [`flush`](OutboxRelay::flush) claims one batch ([`OutboxStore::fetch_unpublished`]),
 /// publishes each row's stored bytes verbatim (never decoded and re-encoded, so `trace_id` and
 /// the producer's bytes survive) and marks published only the rows the binding accepted. A
 /// failed publish counts an attempt, keeps its reason and is held back for a bounded linear
@@ -29,6 +29,7 @@ pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// reason. Delivery is at least once; consumers deduplicate on `meta.id`.
 ///
 /// ```no_run
+/// # #[cfg(feature = "postgres")]
 /// # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
 /// use babelqueue::BabelQueue;
 /// use babelqueue::outbox::{OutboxRelay, PgOutboxStore};
@@ -41,7 +42,7 @@ pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// ```
 #[derive(Debug)]
 pub struct OutboxRelay<T> {
-    store: PgOutboxStore,
+    store: Arc<dyn OutboxStore>,
     transport: Arc<T>,
     batch_size: usize,
     backoff_step: Duration,
@@ -60,9 +61,9 @@ pub struct FlushReport {
 
 impl<T: Transport> OutboxRelay<T> {
     /// A relay with the Go defaults: batches of 100, backoff 50 ms per attempt up to 5 s.
-    pub fn new(store: PgOutboxStore, transport: Arc<T>) -> Self {
+    pub fn new(store: impl OutboxStore, transport: Arc<T>) -> Self {
         Self {
-            store,
+            store: Arc::new(store),
             transport,
             batch_size: DEFAULT_BATCH_SIZE,
             backoff_step: Duration::from_millis(50),
@@ -102,8 +103,8 @@ impl<T: Transport> OutboxRelay<T> {
     }
 
     /// The store the relay drains.
-    pub fn store(&self) -> &PgOutboxStore {
-        &self.store
+    pub fn store(&self) -> &dyn OutboxStore {
+        &*self.store
     }
 
     /// Publishes one batch and marks every row published or failed.
@@ -117,7 +118,7 @@ impl<T: Transport> OutboxRelay<T> {
         for record in records {
             match unpublishable(&record) {
                 Some(reason) => {
-                    tracing::warn!(table = self.store.table(), id = record.id, %reason, "an outbox row cannot be published; it is marked failed");
+                    tracing::warn!(table = self.store.name(), id = record.id, %reason, "an outbox row cannot be published; it is marked failed");
                     self.store
                         .mark_failed(record.id, &reason, Failure::Permanent)
                         .await?;
@@ -137,7 +138,7 @@ impl<T: Transport> OutboxRelay<T> {
                 Ok(()) => published.push(record.id),
                 Err(error) => {
                     let reason = polyq_amqp::error_chain(&error);
-                    tracing::warn!(table = self.store.table(), id = record.id, %reason, "an outbox publish failed; it is retried after a backoff");
+                    tracing::warn!(table = self.store.name(), id = record.id, %reason, "an outbox publish failed; it is retried after a backoff");
                     let backoff = self.backoff_for(record.attempts);
                     self.store
                         .mark_failed(record.id, &reason, Failure::Retry { backoff })
@@ -177,7 +178,7 @@ impl<T: Transport> OutboxRelay<T> {
             match self.flush().await {
                 Ok(pass) => pass.published + pass.failed >= self.batch_size,
                 Err(error) => {
-                    tracing::warn!(table = self.store.table(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
+                    tracing::warn!(table = self.store.name(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
                     false
                 }
             }

@@ -3,40 +3,17 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use polyq_runtime::outbox::OutboxStatus;
 use sqlx::{PgConnection, PgPool, Row};
 
 use crate::outbox::error::OutboxError;
+use crate::outbox::{Failure, OutboxRecord, OutboxStore};
 
 /// The table the SDKs default to.
 pub const DEFAULT_TABLE: &str = "babelqueue_outbox";
 
 const MIGRATION: &str = include_str!("../../migrations/postgres/0001_outbox.sql");
-
-/// One pending row, claimed for a relay.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboxRecord {
-    /// The row's id (the store's key, not `meta.id`).
-    pub id: i64,
-    /// The queue to publish to.
-    pub queue: String,
-    /// The encoded envelope, byte for byte as saved.
-    pub body: String,
-    /// Failed publishes so far.
-    pub attempts: i32,
-}
-
-/// How a failed publish is marked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// The binding may take it later: count the attempt, offer it again after `backoff`.
-    Retry {
-        /// How long the row is held back.
-        backoff: Duration,
-    },
-    /// The row can never be published as it is (a malformed body or queue): status `failed`.
-    Permanent,
-}
 
 /// The outbox table on PostgreSQL, in the upstream PHP outbox layout (see the migration).
 #[derive(Debug, Clone)]
@@ -215,6 +192,36 @@ impl PgOutboxStore {
         .await
         .map_err(self.failed("read the status of"))?;
         OutboxStatus::from_row(&row).map_err(self.failed("read the status of"))
+    }
+}
+
+impl OutboxStore for PgOutboxStore {
+    fn name(&self) -> &str {
+        &self.table
+    }
+
+    fn fetch_unpublished(
+        &self,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<OutboxRecord>, OutboxError>> {
+        Box::pin(PgOutboxStore::fetch_unpublished(self, limit))
+    }
+
+    fn mark_published<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(PgOutboxStore::mark_published(self, ids))
+    }
+
+    fn mark_failed<'a>(
+        &'a self,
+        id: i64,
+        reason: &'a str,
+        failure: Failure,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(PgOutboxStore::mark_failed(self, id, reason, failure))
+    }
+
+    fn status(&self) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>> {
+        Box::pin(PgOutboxStore::status(self))
     }
 }
 

@@ -157,7 +157,7 @@ impl<T: Transport> Context<T> {
                 (Outcome::Succeeded, JobResult::Succeeded)
             }
             Err(failure) if failure.hand_back => {
-                warn!(queue = %self.queue, urn, error = %failure.message, "the idempotency store did not answer: the message goes back unchanged, no attempt counted");
+                warn!(queue = %self.queue, urn, error = %failure.message, "another consumer holds the idempotency claim: the message goes back unchanged, no attempt counted");
                 let outcome = self
                     .release(receipt, self.settings.redelivery_pause, shutdown)
                     .await;

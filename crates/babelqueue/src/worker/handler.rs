@@ -98,9 +98,16 @@ impl Handler for Idempotent {
                     Ok(())
                 }
                 Err(Refusal::Handler(failure)) => Err(failure),
+                // Not the message's fault, but a failure all the same: the retry policy paces
+                // the next tries and a long outage ends in the dead-letter queue, as in AceMQ.
                 Err(Refusal::Store(error)) => Err(Failure {
                     message: polyq_amqp::error_chain(&error).to_string(),
                     exception: "IdempotencyStore".to_owned(),
+                    hand_back: false,
+                }),
+                Err(Refusal::InProgress(error)) => Err(Failure {
+                    message: polyq_amqp::error_chain(&error).to_string(),
+                    exception: "IdempotencyInProgress".to_owned(),
                     hand_back: true,
                 }),
             }
@@ -279,7 +286,10 @@ mod tests {
         });
         registry.idempotent(None, Idempotency::seen_set(Arc::new(Down)));
         let failure = registry.get("a").unwrap().call(job()).await.unwrap_err();
-        assert!(failure.hand_back, "{failure:?}");
+        assert!(
+            !failure.hand_back,
+            "the retry path, as a handler error: {failure:?}"
+        );
         assert_eq!(failure.exception, "IdempotencyStore");
     }
 }

@@ -381,8 +381,8 @@ impl<T: Transport> Worker<T> {
     }
 
     /// Pause before a message whose settlement failed (an unwritable dead-letter queue, a
-    /// failed retry publish), or whose idempotency store could not answer, is handed back to the
-    /// broker (default 1 s), so a broken queue or store does not become a busy loop.
+    /// failed retry publish), or whose idempotency claim another consumer holds, is handed back
+    /// to the broker (default 1 s), so a broken queue or store does not become a busy loop.
     pub fn redelivery_pause(mut self, pause: Duration) -> Self {
         self.settings.redelivery_pause = pause;
         self

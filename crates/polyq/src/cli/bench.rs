@@ -4,6 +4,7 @@
 mod acemq;
 mod babel;
 mod dlq;
+mod idempotency;
 mod memory;
 mod outbox;
 mod phases;
@@ -34,6 +35,9 @@ pub(crate) enum Command {
     /// The AceMQ outbox relay (rows committed, then published with confirms and marked) against
     /// a plain confirmed publish of the same messages, on PostgreSQL and any broker.
     Outbox(outbox::OutboxArgs),
+    /// An idempotent acemq consumer (claim and confirm on PostgreSQL or Redis) against the same
+    /// consumer without a store.
+    Idempotency(idempotency::IdempotencyArgs),
 }
 
 /// Arguments of `polyq bench amqp`.
@@ -108,6 +112,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Outbox(args) => {
             outbox::run(args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Idempotency(args) => {
+            idempotency::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -1,0 +1,89 @@
+//! What a relay needs of the place the outbox lives: the PostgreSQL table or the in-memory
+//! outbox. One relay works over either.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use polyq_runtime::outbox::OutboxStatus;
+
+use crate::outbox::error::OutboxError;
+use crate::outbox::row::StoredMessage;
+
+/// The relay's operations on an outbox. A lease is held by `token`: marks by another token
+/// change nothing, so a relay whose lease ran out does not overwrite the next one's work.
+pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// The table name (or `memory`), for meters and logs.
+    fn name(&self) -> &str;
+
+    /// Leases up to `limit` publishable rows, oldest first, to `token` for `lease`, with each
+    /// row's failed attempts so far.
+    fn claim<'a>(
+        &'a self,
+        token: &'a str,
+        lease: Duration,
+        max_attempts: i32,
+        limit: i64,
+        synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>>;
+
+    /// Marks rows the broker confirmed as published and ends their lease.
+    fn mark_published<'a>(
+        &'a self,
+        token: &'a str,
+        ids: &'a [String],
+        synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>>;
+
+    /// Counts a failed publish against a row, with its reason, and holds it back.
+    fn mark_failed<'a>(
+        &'a self,
+        token: &'a str,
+        id: &'a str,
+        reason: &'a str,
+        failure: Failure,
+        synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>>;
+
+    /// The age of the oldest pending row.
+    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>>;
+
+    /// Pending and failed counts and the age of the oldest pending row.
+    fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>>;
+}
+
+/// How a failed publish is counted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Failure {
+    /// The broker may take it later: offer it again after `backoff`.
+    Retry { backoff: Duration },
+    /// The row can never be published as it is.
+    Permanent { max_attempts: i32 },
+}
+
+/// The reason as stored: bounded, since a wrapped error chain can be long and a broker's reason
+/// fits in far less (the Java port bounds it at 1000 too).
+pub(crate) fn truncate(reason: &str) -> &str {
+    const LIMIT: usize = 1000;
+    if reason.len() <= LIMIT {
+        return reason;
+    }
+    let mut end = LIMIT;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_reason_is_cut_on_a_character_boundary() {
+        let reason = "é".repeat(600);
+        let cut = truncate(&reason);
+        assert!(cut.len() <= 1000);
+        assert!(reason.starts_with(cut));
+        assert_eq!(truncate("short"), "short");
+    }
+}

@@ -1,0 +1,284 @@
+//! The outbox in the process: the embedded default beside the `memory://` broker, and the test
+//! of the relay's semantics without a database.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use polyq_runtime::outbox::OutboxStatus;
+
+use crate::contract::codec::Encode;
+use crate::outbox::backend::{Backend, Failure, truncate};
+use crate::outbox::error::OutboxError;
+use crate::outbox::row::StoredMessage;
+use crate::outbox::{DEFAULT_MAX_ATTEMPTS, stored};
+use crate::{Envelope, Publisher};
+
+/// Messages recorded in this process, published by an
+/// [`OutboxRelay::in_memory`](crate::outbox::OutboxRelay::in_memory) relay. A
+/// [`MemoryTransaction`] stands for the application's transaction: what it records reaches the
+/// outbox all at once on [`MemoryTransaction::commit`], and nothing of it when it is dropped or
+/// rolled back. Rows are leased, marked and backed off exactly as in the PostgreSQL table; they
+/// do not outlive the process. Clones share the rows.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use acemq::AceMq;
+/// use acemq::outbox::{MemoryOutbox, OutboxRelay};
+/// use polyq_amqp::QueueSpec;
+///
+/// let mq = AceMq::connect("memory://doc-outbox").await?;
+/// mq.client().declare_queue(&QueueSpec::new("orders.new")).await?;
+/// let outbox = MemoryOutbox::new();
+/// let orders = mq.publisher::<serde_json::Value>("", "orders.new");
+///
+/// let mut tx = outbox.begin();
+/// tx.record(&orders, &serde_json::json!({"id": 7}))?;
+/// tx.commit();
+///
+/// let relayed = OutboxRelay::in_memory(&outbox, &mq).build()?.drain(10).await?;
+/// assert_eq!(relayed.published, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryOutbox {
+    rows: Arc<Mutex<Rows>>,
+}
+
+#[derive(Debug, Default)]
+struct Rows {
+    /// By insertion order, the order a relay offers them in.
+    by_seq: BTreeMap<u64, Row>,
+    next_seq: u64,
+}
+
+#[derive(Debug)]
+struct Row {
+    message: StoredMessage,
+    created: Instant,
+    attempts: i32,
+    last_error: Option<String>,
+    published: bool,
+    locked_by: Option<String>,
+    locked_until: Option<Instant>,
+}
+
+/// Records messages for a [`MemoryOutbox`], all of them or none.
+#[derive(Debug)]
+#[must_use = "nothing reaches the outbox until commit"]
+pub struct MemoryTransaction {
+    outbox: MemoryOutbox,
+    staged: Vec<StoredMessage>,
+}
+
+impl MemoryOutbox {
+    /// An empty outbox.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A transaction to record messages in.
+    pub fn begin(&self) -> MemoryTransaction {
+        MemoryTransaction {
+            outbox: self.clone(),
+            staged: Vec::new(),
+        }
+    }
+
+    /// Pending and failed rows and the lag, counting a row as failed once it used up
+    /// [`DEFAULT_MAX_ATTEMPTS`].
+    pub fn status(&self) -> OutboxStatus {
+        self.lock()
+            .status(i32::try_from(DEFAULT_MAX_ATTEMPTS).unwrap_or(i32::MAX))
+    }
+
+    /// The reason the last publish of message `id` failed, if it failed.
+    pub fn last_error(&self, id: &str) -> Option<String> {
+        self.lock()
+            .by_seq
+            .values()
+            .find(|row| row.message.id == id)
+            .and_then(|row| row.last_error.clone())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Rows> {
+        // A panic while holding the lock leaves the rows consistent: every change is one step.
+        self.rows
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl MemoryTransaction {
+    /// Records the message a send of `payload` through `publisher` would put on the wire, as
+    /// [`Outbox::record`](crate::outbox::Outbox::record) does in a database transaction.
+    ///
+    /// # Errors
+    /// [`OutboxError::Message`] when the publisher would refuse the message; nothing is staged.
+    pub fn record<T: ?Sized, E: Encode<T>>(
+        &mut self,
+        publisher: &Publisher<T, E>,
+        payload: &T,
+    ) -> Result<Envelope, OutboxError> {
+        let (row, envelope) = stored(publisher, payload, None)?;
+        self.staged.push(row);
+        Ok(envelope)
+    }
+
+    /// [`MemoryTransaction::record`] with the envelope given.
+    ///
+    /// # Errors
+    /// As [`MemoryTransaction::record`].
+    pub fn record_with<T: ?Sized, E: Encode<T>>(
+        &mut self,
+        publisher: &Publisher<T, E>,
+        payload: &T,
+        envelope: Envelope,
+    ) -> Result<Envelope, OutboxError> {
+        let (row, envelope) = stored(publisher, payload, Some(envelope))?;
+        self.staged.push(row);
+        Ok(envelope)
+    }
+
+    /// Adds every recorded message to the outbox at once.
+    pub fn commit(self) {
+        let now = Instant::now();
+        let mut rows = self.outbox.lock();
+        for message in self.staged {
+            let seq = rows.next_seq;
+            rows.next_seq += 1;
+            rows.by_seq.insert(
+                seq,
+                Row {
+                    message,
+                    created: now,
+                    attempts: 0,
+                    last_error: None,
+                    published: false,
+                    locked_by: None,
+                    locked_until: None,
+                },
+            );
+        }
+    }
+
+    /// Drops every recorded message (as dropping the transaction does).
+    pub fn rollback(self) {}
+}
+
+impl Rows {
+    fn pending(&self, max_attempts: i32) -> impl Iterator<Item = &Row> {
+        self.by_seq
+            .values()
+            .filter(move |row| !row.published && row.attempts < max_attempts)
+    }
+
+    fn status(&self, max_attempts: i32) -> OutboxStatus {
+        let unpublished = self.by_seq.values().filter(|row| !row.published);
+        let failed = unpublished
+            .filter(|row| row.attempts >= max_attempts)
+            .count();
+        OutboxStatus {
+            pending: self.pending(max_attempts).count() as u64,
+            failed: failed as u64,
+            oldest_pending_age: self.lag(max_attempts),
+        }
+    }
+
+    fn lag(&self, max_attempts: i32) -> Option<Duration> {
+        self.pending(max_attempts)
+            .map(|row| row.created.elapsed())
+            .max()
+    }
+
+    fn leased_to<'a>(&'a mut self, token: &'a str) -> impl Iterator<Item = &'a mut Row> {
+        self.by_seq
+            .values_mut()
+            .filter(move |row| row.locked_by.as_deref() == Some(token))
+    }
+}
+
+impl Backend for MemoryOutbox {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn claim<'a>(
+        &'a self,
+        token: &'a str,
+        lease: Duration,
+        max_attempts: i32,
+        limit: i64,
+        _synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>> {
+        let now = Instant::now();
+        let mut rows = self.lock();
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let claimed = rows
+            .by_seq
+            .values_mut()
+            .filter(|row| {
+                !row.published
+                    && row.attempts < max_attempts
+                    && row.locked_until.is_none_or(|until| until < now)
+            })
+            .take(limit)
+            .map(|row| {
+                row.locked_by = Some(token.to_owned());
+                row.locked_until = Some(now + lease);
+                (row.message.clone(), row.attempts)
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(claimed)))
+    }
+
+    fn mark_published<'a>(
+        &'a self,
+        token: &'a str,
+        ids: &'a [String],
+        _synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let mut rows = self.lock();
+        for row in rows.leased_to(token) {
+            if ids.contains(&row.message.id) {
+                row.published = true;
+                row.locked_by = None;
+                row.locked_until = None;
+            }
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn mark_failed<'a>(
+        &'a self,
+        token: &'a str,
+        id: &'a str,
+        reason: &'a str,
+        failure: Failure,
+        _synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let (backoff, exhaust) = match failure {
+            Failure::Retry { backoff } => (backoff, 0),
+            Failure::Permanent { max_attempts } => (Duration::ZERO, max_attempts),
+        };
+        let mut rows = self.lock();
+        if let Some(row) = rows.leased_to(token).find(|row| row.message.id == id) {
+            row.attempts = (row.attempts + 1).max(exhaust);
+            row.last_error = Some(truncate(reason).to_owned());
+            row.locked_by = None;
+            row.locked_until = Some(Instant::now() + backoff);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>> {
+        Box::pin(std::future::ready(Ok(self.lock().lag(max_attempts))))
+    }
+
+    fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>> {
+        Box::pin(std::future::ready(Ok(self.lock().status(max_attempts))))
+    }
+}
