@@ -47,6 +47,7 @@ polyq_testkit::both_brokers!(
     auto_delete_queue_goes_with_its_last_consumer,
     redeclaring_differently_fails_as_on_rabbitmq,
     consumers_of_one_queue_take_turns,
+    a_cancelled_consumers_prefetch_is_ready_when_cancel_returns,
 );
 
 /// How long an absence is watched for: a delivery that a broker was about to make arrives well
@@ -396,6 +397,34 @@ async fn prefetch_is_never_exceeded(fx: &'static Fixture) {
         delivery.ack().await.unwrap();
     }
     consumer.cancel().await.unwrap();
+}
+
+/// What a consumer had prefetched is back on the queue, ready, by the time `cancel` returns, so
+/// a depth read right after counts it (a redrive sizes its work by such a read). Several rounds,
+/// as a return that lags behind `cancel` shows only now and then.
+async fn a_cancelled_consumers_prefetch_is_ready_when_cancel_returns(fx: &'static Fixture) {
+    const MESSAGES: u32 = 20;
+    const ROUNDS: u32 = 10;
+    let queue = fx.name("cancel-prefetch");
+    fx.queue(transient(&queue)).await;
+    for n in 0..MESSAGES {
+        acked(&fx.client, "", &queue, &n.to_string()).await;
+    }
+    for round in 1..=ROUNDS {
+        let mut consumer = fx
+            .client
+            .consume(&queue, &ConsumeOptions::default().prefetch(10))
+            .await
+            .unwrap();
+        next(&mut consumer).await.ack().await.unwrap();
+        consumer.cancel().await.unwrap();
+        let info = fx.client.inspect_queue(&queue).await.unwrap();
+        assert_eq!(
+            (info.message_count, info.consumer_count),
+            (MESSAGES - round, 0),
+            "round {round}: the prefetched deliveries are ready again"
+        );
+    }
 }
 
 async fn topic_routing_follows_star_and_hash(fx: &'static Fixture) {

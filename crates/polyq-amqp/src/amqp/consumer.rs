@@ -129,8 +129,10 @@ impl Consumer {
         }
     }
 
-    /// Cancels the consumer with `basic.cancel`; the channel stays open until every delivery
-    /// it carried is settled or dropped.
+    /// Ends the consumer. When no delivery it carried is left unsettled, its channel is closed,
+    /// which ends the consumer too, and what it had prefetched is ready on the queue again by the
+    /// time this returns. Otherwise it is cancelled with `basic.cancel` and the channel stays open
+    /// until every such delivery is settled or dropped.
     pub(crate) async fn cancel(mut self) -> Result<()> {
         let attached = match self.current.take() {
             Some(attached) if attached.seq == self.slot.latest() => Some(attached),
@@ -148,20 +150,26 @@ impl Consumer {
             return Ok(());
         }
         let operation = format!("cancel the consumer on queue `{}`", self.slot.queue_name);
-        channel
-            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-            .await
-            .map_err(|error| from_lapin(&operation, None, &error))?;
-        drop(consumer);
-        // With no delivery of it left unsettled the channel is closed now, which returns what
-        // it had prefetched to the queue; otherwise it closes when the last such delivery is
-        // settled or dropped. Closing it here also keeps it from closing concurrently with a
-        // connection close that follows, a race lapin reports as an error.
-        if let Some(channel) = Arc::into_inner(channel) {
-            channel
-                .close(200, "consumer cancelled".into())
-                .await
-                .map_err(|error| from_lapin(&operation, None, &error))?;
+        match Arc::try_unwrap(channel) {
+            // No `basic.cancel` first: RabbitMQ returns a closing channel's unacknowledged
+            // messages to the queues it still consumes from before it confirms the close, but
+            // those of a queue it no longer consumes from only afterwards, so a depth read
+            // right after would miss them. Closing here also keeps the channel from closing
+            // concurrently with a connection close that follows, a race lapin reports as an
+            // error. The lapin consumer outlives the close so that dropping it sends nothing.
+            Ok(channel) => {
+                channel
+                    .close(200, "consumer cancelled".into())
+                    .await
+                    .map_err(|error| from_lapin(&operation, None, &error))?;
+                drop(consumer);
+            }
+            Err(channel) => {
+                channel
+                    .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+                    .await
+                    .map_err(|error| from_lapin(&operation, None, &error))?;
+            }
         }
         Ok(())
     }

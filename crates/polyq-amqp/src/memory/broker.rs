@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use rand::RngCore as _;
 
+use super::Map;
 use super::args::{QueueArgs, exchange_mismatch, queue_mismatch};
 use super::dead_letter::{Death, Reason, is_cycle, record_death};
 use super::queue::{Effects, Message, Queue, Wakers};
@@ -48,8 +49,8 @@ pub(super) struct Broker {
 
 #[derive(Default)]
 struct Topology {
-    exchanges: HashMap<String, Exchange>,
-    queues: HashMap<String, Arc<Queue>>,
+    exchanges: Map<String, Exchange>,
+    queues: Map<String, Arc<Queue>>,
 }
 
 struct Exchange {
@@ -180,7 +181,7 @@ impl Broker {
         Self {
             topology: RwLock::new(Topology {
                 exchanges,
-                queues: HashMap::new(),
+                queues: Map::default(),
             }),
             next_id: AtomicU64::new(1),
         }

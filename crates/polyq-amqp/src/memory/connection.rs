@@ -1,9 +1,9 @@
 //! One client connection to an embedded broker: what it must undo when it closes.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use super::Map;
 use super::broker::Broker;
 use super::queue::Queue;
 
@@ -21,7 +21,7 @@ pub(super) struct Connection {
 #[derive(Default)]
 struct State {
     /// Queues this connection consumed from or fetched from, by queue id.
-    used: HashMap<u64, Weak<Queue>>,
+    used: Map<u64, Weak<Queue>>,
     exclusive: Vec<Weak<Queue>>,
 }
 

@@ -2,7 +2,7 @@
 //! with their prefetch windows. Everything about a queue sits behind one mutex, so publishers and
 //! consumers of different queues never contend.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::Map;
 use super::args::{Overflow, QueueArgs};
 use super::broker::{Broker, access_refused};
 use super::dead_letter::Reason;
@@ -162,7 +163,7 @@ impl Slot {
 #[derive(Default)]
 struct State {
     ready: VecDeque<Entry>,
-    unacked: HashMap<u64, Unacked>,
+    unacked: Map<u64, Unacked>,
     consumers: Vec<Slot>,
     /// Round-robin cursor into `consumers`.
     next_consumer: usize,
