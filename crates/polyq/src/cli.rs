@@ -7,5 +7,6 @@ pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod dlq;
 pub(crate) mod doctor;
+pub(crate) mod estate;
 pub(crate) mod outbox;
 pub(crate) mod payload;

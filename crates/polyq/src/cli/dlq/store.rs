@@ -89,6 +89,11 @@ impl BrokerArgs {
     pub(crate) fn layout(&self) -> Layout {
         self.layout
     }
+
+    /// The TLS settings the flags give.
+    pub(crate) fn tls_options(&self) -> anyhow::Result<polyq_amqp::TlsOptions> {
+        self.tls.options()
+    }
 }
 
 impl Store {
