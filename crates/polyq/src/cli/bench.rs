@@ -3,6 +3,7 @@
 
 mod acemq;
 mod babel;
+mod dlq;
 mod memory;
 mod outbox;
 mod phases;
@@ -30,6 +31,9 @@ pub(crate) enum Command {
     /// The AceMQ outbox relay (rows committed, then published with confirms and marked) against
     /// a plain confirmed publish of the same messages, on PostgreSQL and any broker.
     Outbox(outbox::OutboxArgs),
+    /// `polyq dlq` at scale: a page and a read and group of a whole dead-letter queue of each
+    /// size, on RabbitMQ (AceMQ messages) or Redis (BabelQueue jobs).
+    Dlq(dlq::DlqArgs),
 }
 
 /// Arguments of `polyq bench amqp`.
@@ -100,6 +104,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Outbox(args) => {
             outbox::run(args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dlq(args) => {
+            dlq::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

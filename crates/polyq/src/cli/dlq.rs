@@ -6,9 +6,9 @@
 //! killed midway leaves every message in one of the two queues. What a message shows is the
 //! family's inspection view; the failure groups are `polyq_runtime::Fingerprint`s.
 
-mod render;
-mod row;
-mod store;
+pub(crate) mod render;
+pub(crate) mod row;
+pub(crate) mod store;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
@@ -194,7 +194,12 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             selection,
             output,
         } => {
-            let rows = selected(&Store::open(&broker).await?, &queue, &selection).await?;
+            // Without a filter the first `limit` messages are the page: only they are read.
+            let read = limit
+                .filter(|_| selection.is_everything())
+                .map(|limit| u64::try_from(limit).unwrap_or(u64::MAX));
+            let store = Store::open(&broker).await?;
+            let rows = selected_of(&store, &queue, &selection, read).await?;
             let shown = rows.iter().take(limit.unwrap_or(usize::MAX));
             output.output().rows(shown)?;
             Ok(ExitCode::SUCCESS)
@@ -295,11 +300,25 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// The messages of `queue` that `selection` picks, in queue order.
-async fn selected(store: &Store, queue: &str, selection: &Selection) -> anyhow::Result<Vec<Row>> {
+pub(crate) async fn selected(
+    store: &Store,
+    queue: &str,
+    selection: &Selection,
+) -> anyhow::Result<Vec<Row>> {
+    selected_of(store, queue, selection, None).await
+}
+
+/// The messages among the first `read` of `queue` (all with `None`) that `selection` picks.
+pub(crate) async fn selected_of(
+    store: &Store,
+    queue: &str,
+    selection: &Selection,
+    read: Option<u64>,
+) -> anyhow::Result<Vec<Row>> {
     let now = OffsetDateTime::now_utc();
     let redis = store.is_redis();
     Ok(store
-        .read(queue)
+        .read(queue, read)
         .await?
         .into_iter()
         .enumerate()
