@@ -110,7 +110,7 @@ fn millis(duration: Duration) -> f64 {
 
 /// The error of dead-lettered message `n`: two failure groups, their numbers varying.
 fn error_of(n: u64) -> String {
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         format!("ValueError: order o-{n} has no line '{n}x'")
     } else {
         format!("TimeoutError: no answer after {} ms", 100 + n % 900)
