@@ -1,6 +1,6 @@
-//! `polyq bench acemq` and `polyq bench babel` on the embedded broker, run as the built binary
-//! with tiny counts: the output has every figure, and every figure is a number. No timing is
-//! asserted.
+//! `polyq bench acemq` and `polyq bench babel` on the embedded broker, and `polyq bench dlq` on
+//! RabbitMQ and Redis, run as the built binary with tiny counts: the output has every figure, and
+//! every figure is a number. No timing is asserted.
 
 use std::process::Command;
 
@@ -103,4 +103,20 @@ fn bench_babel_refuses_an_acemq_comparison_on_redis() {
         stderr.contains("--compare-acemq needs an AMQP broker"),
         "{stderr}"
     );
+}
+
+#[test]
+fn bench_dlq_reads_every_message_on_both_brokers() {
+    for url in [polyq_testkit::redis_url(), polyq_testkit::amqp_url()] {
+        let output = bench(&["dlq", "--url", &url, "--messages", "30,60", "--page", "10"]);
+        for count in ["30", "60"] {
+            let prefix = format!("{count} messages");
+            assert!(figure(&output, &prefix, "page of 10 in") >= 0.0, "{output}");
+            assert!(
+                figure(&output, &prefix, "read + group of all in") > 0.0,
+                "{output}"
+            );
+            assert!(output.contains("2 groups"), "{output}");
+        }
+    }
 }
