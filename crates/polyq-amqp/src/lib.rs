@@ -34,6 +34,7 @@
 //! | `client` | [`Client`], [`ClientOptions`], [`ConsumeOptions`], [`Confirm`], [`Acker`], [`Consumer`] |
 //! | `amqp` | RabbitMQ: session, recovery supervisor, confirm ledger, conversion to lapin types |
 //! | `memory` | the embedded broker: routing, queues, expiry and dead-lettering, limits |
+//! | `management` | RabbitMQ's management HTTP API: [`management::Management`] (feature `management`) |
 //! | [`message_json`] | the one JSON shape of a message on the `polyq` command line |
 //! | `topology`, `properties`, `value` | [`QueueSpec`], [`ExchangeSpec`], [`Binding`], [`Properties`], [`FieldValue`] |
 //! | `error` | [`Error`], with predicates a caller decides with |
@@ -45,6 +46,8 @@
 //! # Feature flags
 //!
 //! - `amqp` (default): `amqp://` and `amqps://` over lapin. Without it, only `memory://`.
+//! - `management`: [`management`], RabbitMQ's management HTTP API (which queues a vhost has,
+//!   with depths, consumers, rates and arguments), over reqwest with rustls.
 //!
 //! # Logging
 //!
@@ -67,6 +70,8 @@ pub mod browse;
 mod client;
 mod error;
 mod health;
+#[cfg(feature = "management")]
+pub mod management;
 mod memory;
 mod message;
 pub mod message_json;

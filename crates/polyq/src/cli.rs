@@ -8,6 +8,7 @@ pub(crate) mod console;
 pub(crate) mod demo;
 pub(crate) mod dlq;
 pub(crate) mod doctor;
+pub(crate) mod estate;
 pub(crate) mod idempotency;
 pub(crate) mod outbox;
 pub(crate) mod payload;

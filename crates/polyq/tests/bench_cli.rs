@@ -1,6 +1,7 @@
 //! `polyq bench acemq`, `polyq bench babel` and `polyq bench idempotency` on the embedded broker
-//! (the last with the real PostgreSQL and Redis as stores), run as the built binary with tiny
-//! counts: the output has every figure, and every figure is a number. No timing is asserted.
+//! (the last with the real PostgreSQL and Redis as stores), and `polyq bench dlq` on RabbitMQ and
+//! Redis, run as the built binary with tiny counts: the output has every figure, and every figure
+//! is a number. No timing is asserted.
 
 use std::process::Command;
 
@@ -134,5 +135,41 @@ fn bench_idempotency_prints_both_sides_and_the_ratio_for_each_store() {
         );
         assert!(figure(&output, "round 1:", "idempotent") > 0.0, "{output}");
         assert!(figure(&output, "ratio:", "ratio:") > 0.0, "{output}");
+    }
+}
+
+#[test]
+fn bench_dlq_times_every_step_on_both_brokers() {
+    for url in [polyq_testkit::redis_url(), polyq_testkit::amqp_url()] {
+        let output = bench(&[
+            "dlq",
+            "--url",
+            &url,
+            "--messages",
+            "30,60",
+            "--messages",
+            "45",
+            "--page",
+            "10",
+            "--rounds",
+            "1",
+        ]);
+        for count in ["30", "45", "60"] {
+            let row: Vec<f64> = output
+                .lines()
+                .find(|line| line.split_whitespace().next() == Some(count))
+                .unwrap_or_else(|| panic!("no row for {count} messages in:\n{output}"))
+                .split_whitespace()
+                .map(|figure| {
+                    figure
+                        .parse()
+                        .unwrap_or_else(|e| panic!("{figure:?} is not a number: {e}"))
+                })
+                .collect();
+            // messages, page, read, decode, groups, render, console, console/read, groups
+            assert_eq!(row.len(), 9, "{output}");
+            assert!(row[1..8].iter().all(|figure| *figure >= 0.0), "{output}");
+            assert_eq!(row[8], 10.0, "ten error patterns, ten groups: {output}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 mod console_support;
 
-use console_support::{Console, HOSTILE, Rabbit, TOKEN};
+use console_support::{Console, HOSTILE, LIMIT, Rabbit, TOKEN};
 use reqwest::StatusCode;
 
 fn http() -> reqwest::Client {
@@ -401,4 +401,47 @@ async fn reading_a_redis_queue_for_display_loses_and_reorders_nothing() {
         .await
         .unwrap();
     assert_eq!(stored, jobs, "the list is as it was, byte for byte");
+}
+
+#[tokio::test]
+async fn without_named_queues_the_overview_shows_what_the_management_api_surveys() {
+    use polyq_amqp::{Client, OutgoingMessage, Properties};
+    let rabbit = Rabbit::new("survey").await;
+    for id in ["m-1", "m-2"] {
+        rabbit.dead_letter(id, "boom", "acme", "{}").await;
+    }
+    let client = Client::connect(&rabbit.url).await.unwrap();
+    for body in ["a", "b"] {
+        let message = OutgoingMessage::new("", rabbit.queue.as_str(), Properties::default(), body);
+        client.publish(message).await.unwrap().await.unwrap();
+    }
+    // Held, not acknowledged, until the end of the test: the API counts it as unacked.
+    let held = client.get(&rabbit.queue).await.unwrap().expect("a message");
+    let console = Console::start(&["--url", &rabbit.url, "--token", TOKEN]);
+
+    let row_start = format!("<td>{}</td>", rabbit.queue);
+    let wanted = r#"<td class="n">1</td><td class="n">1</td><td class="n">0</td>"#;
+    // RabbitMQ's statistics lag by up to 5 s: poll until they show the queue as it is.
+    let deadline = std::time::Instant::now() + LIMIT;
+    let page = loop {
+        let page = http().get(console.url("/")).send().await.unwrap();
+        let page = page.text().await.unwrap();
+        let found = page
+            .split_once(row_start.as_str())
+            .is_some_and(|(_, rest)| {
+                let row = rest.split("</tr>").next().unwrap_or_default();
+                row.starts_with(wanted) && row.contains(">2</a>")
+            });
+        if found {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {LIMIT:?}: the surveyed queue with its unacked message in {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    assert!(page.contains("Publish / deliver / ack per s"), "{page}");
+    drop(held);
+    client.close().await.ok();
 }

@@ -526,7 +526,7 @@ fn parse_count(text: &str) -> std::result::Result<u32, String> {
         .map_err(|_| format!("'{text}' is not a whole number of attempts"))
 }
 
-fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(|| format!("'{text}' has no unit (ms, s, m or h)"))?;

@@ -39,6 +39,48 @@ pub fn parked_queue(queue: &str) -> String {
     format!("{queue}.parked")
 }
 
+/// Which of the two set-aside queues of a source queue a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SetAside {
+    /// `Q.dlq`: failed work.
+    DeadLetter,
+    /// `Q.parked`: unreadable messages.
+    Parked,
+}
+
+/// The source queue and the kind of a set-aside queue name, `None` for any other name: the
+/// inverse of [`dead_letter_queue`] and [`parked_queue`].
+///
+/// ```
+/// use acemq::topology::{SetAside, set_aside_source};
+///
+/// assert_eq!(set_aside_source("orders.new.dlq"), Some(("orders.new", SetAside::DeadLetter)));
+/// assert_eq!(set_aside_source("orders.new.parked"), Some(("orders.new", SetAside::Parked)));
+/// assert_eq!(set_aside_source("orders.new"), None);
+/// assert_eq!(set_aside_source(".dlq"), None);
+/// ```
+pub fn set_aside_source(queue: &str) -> Option<(&str, SetAside)> {
+    let (source, kind) = match queue.strip_suffix(".dlq") {
+        Some(source) => (source, SetAside::DeadLetter),
+        None => (queue.strip_suffix(".parked")?, SetAside::Parked),
+    };
+    (!source.is_empty()).then_some((source, kind))
+}
+
+/// The source queue of a rung name `Q.retry.<delay>` (the delay as [`retry_queue`] writes
+/// it), `None` for any other name.
+///
+/// ```
+/// assert_eq!(acemq::topology::retry_source("orders.new.retry.5m"), Some("orders.new"));
+/// assert_eq!(acemq::topology::retry_source("orders.new.retry.soon"), None);
+/// assert_eq!(acemq::topology::retry_source("orders.new"), None);
+/// ```
+pub fn retry_source(queue: &str) -> Option<&str> {
+    let (source, delay) = queue.rsplit_once(".retry.")?;
+    let parsed = crate::contract::retry::parse_duration(delay).ok()?;
+    (!source.is_empty() && render_duration(parsed) == delay).then_some(source)
+}
+
 /// `Q.retry.<delay>`, the rung holding waits of `delay`; see
 /// [`render_duration`] for the suffix.
 ///

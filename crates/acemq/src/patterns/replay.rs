@@ -50,9 +50,6 @@ pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// How long a replayed message waits for its confirm.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
 
-const DLQ_SUFFIX: &str = ".dlq";
-const PARKED_SUFFIX: &str = ".parked";
-
 type Filter = Arc<dyn Fn(&Envelope) -> bool + Send + Sync>;
 
 /// A replay from one set-aside queue back to its source queue; configure, then
@@ -105,11 +102,8 @@ pub struct ReplayReport {
 impl Replay {
     /// A replay of `source` (`Q.dlq` or `Q.parked`) back to `Q`.
     pub fn from_queue(mq: &AceMq, source: &str) -> Result<Replay, PatternError> {
-        let destination = source
-            .strip_suffix(DLQ_SUFFIX)
-            .or_else(|| source.strip_suffix(PARKED_SUFFIX))
-            .filter(|queue| !queue.is_empty())
-            .ok_or_else(|| PatternError::NotASetAsideQueue {
+        let (destination, _) =
+            topology::set_aside_source(source).ok_or_else(|| PatternError::NotASetAsideQueue {
                 queue: source.to_owned(),
             })?;
         Ok(Replay {

@@ -54,6 +54,19 @@ pub fn default_dead_letter_queue(queue: &str) -> String {
     format!("{queue}.dlq")
 }
 
+/// The queue whose default dead-letter queue `dlq` is (`orders.dlq` → `orders`): the inverse
+/// of [`default_dead_letter_queue`]; `None` for any other name.
+///
+/// ```
+/// use babelqueue::transport::default_dead_letter_source;
+///
+/// assert_eq!(default_dead_letter_source("orders.dlq"), Some("orders"));
+/// assert_eq!(default_dead_letter_source("orders"), None);
+/// ```
+pub fn default_dead_letter_source(dlq: &str) -> Option<&str> {
+    dlq.strip_suffix(".dlq").filter(|queue| !queue.is_empty())
+}
+
 /// A broker binding. Every method that settles a reservation leaves it unsettled when it fails,
 /// so the message comes back rather than being lost.
 pub trait Transport: Send + Sync + 'static {

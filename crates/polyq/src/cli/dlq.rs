@@ -26,19 +26,31 @@ use polyq_amqp::MessageJson;
 use serde_json::Value;
 
 use crate::cli::babel::progress::Counted;
+use crate::cli::estate;
 use render::{Output, Progress};
-use row::{Family, Row, Selection};
+pub(crate) use row::Family;
+use row::{Row, Selection};
 use store::{BrokerArgs, Store};
 
 /// The `dlq` verbs.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Every dead-letter queue: depth, oldest and newest age, the most frequent errors. On
-    /// Redis they are found by SCAN (both layouts); on RabbitMQ name them with --queue.
+    /// Every dead-letter and parked queue: depth, oldest and newest age, the most frequent
+    /// errors. On RabbitMQ they are found through the management API when it answers, else
+    /// named with --queue or --topology; on Redis by SCAN.
     List {
         #[command(flatten)]
         broker: BrokerArgs,
-        /// A queue to include (repeatable); on RabbitMQ the queues to list.
+        /// RabbitMQ's management API (default: the AMQP URL's host on port 15672, its
+        /// credentials and vhost; credentials in this URL replace the AMQP URL's).
+        #[arg(long, value_name = "URL")]
+        management_url: Option<String>,
+        /// Only the queues whose names start with this.
+        #[arg(long, value_name = "PREFIX")]
+        prefix: Option<String>,
+        /// A queue to list (repeatable). On RabbitMQ the named queues (and a topology's) are
+        /// the ones listed, without asking the management API; on Redis they are listed
+        /// beside the ones found.
         #[arg(long = "queue", value_name = "QUEUE")]
         queues: Vec<String>,
         /// A topology plan (`polyq acemq topology plan` output): its `.dlq` and `.parked`
@@ -157,6 +169,8 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List {
             broker,
+            management_url,
+            prefix,
             mut queues,
             topology,
             output,
@@ -164,7 +178,16 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             if let Some(path) = topology {
                 queues.extend(set_aside_queues(&path)?);
             }
-            list(&broker, queues, output.output()).await
+            let store = Store::open(&broker).await?;
+            if store.is_redis() {
+                queues.extend(store.dead_letter_queues().await?);
+            } else if queues.is_empty() {
+                queues = discovered(&broker, management_url.as_deref()).await?;
+            }
+            if let Some(prefix) = &prefix {
+                queues.retain(|queue| queue.starts_with(prefix.as_str()));
+            }
+            list(&store, queues, output.output()).await
         }
         Command::Show {
             target: QueueArgs { broker, queue },
@@ -172,7 +195,12 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             selection,
             output,
         } => {
-            let rows = selected(&Store::open(&broker).await?, &queue, &selection).await?;
+            // Without a filter the first `limit` messages are the page: only they are read.
+            let read = limit
+                .filter(|_| selection.is_everything())
+                .map(|limit| u64::try_from(limit).unwrap_or(u64::MAX));
+            let store = Store::open(&broker).await?;
+            let rows = selected_of(&store, &queue, &selection, read).await?;
             let shown = rows.iter().take(limit.unwrap_or(usize::MAX));
             output.output().rows(shown)?;
             Ok(ExitCode::SUCCESS)
@@ -272,10 +300,20 @@ pub(crate) async fn selected(
     queue: &str,
     selection: &Selection,
 ) -> anyhow::Result<Vec<Row>> {
+    selected_of(store, queue, selection, None).await
+}
+
+/// The messages among the first `read` of `queue` (all with `None`) that `selection` picks.
+pub(crate) async fn selected_of(
+    store: &Store,
+    queue: &str,
+    selection: &Selection,
+    read: Option<u64>,
+) -> anyhow::Result<Vec<Row>> {
     let now = OffsetDateTime::now_utc();
     let redis = store.is_redis();
     Ok(store
-        .read(queue)
+        .read(queue, read)
         .await?
         .into_iter()
         .enumerate()
@@ -284,29 +322,35 @@ pub(crate) async fn selected(
         .collect())
 }
 
-async fn list(
-    store_args: &BrokerArgs,
-    named: Vec<String>,
-    output: Output,
-) -> anyhow::Result<ExitCode> {
-    let store = Store::open(store_args).await?;
-    let mut queues = store.dead_letter_queues().await?;
-    queues.extend(named);
+/// Summarises `queues`: depth, ages and most frequent errors of each, read without consuming.
+async fn list(store: &Store, mut queues: Vec<String>, output: Output) -> anyhow::Result<ExitCode> {
     queues.sort();
     queues.dedup();
-    if queues.is_empty() && !store.is_redis() {
-        anyhow::bail!(
-            "name the dead-letter queues with --queue or --topology (RabbitMQ cannot list its \
-             queues over AMQP)"
-        );
-    }
     let mut summaries = Vec::with_capacity(queues.len());
     for queue in queues {
-        let rows = selected(&store, &queue, &Selection::default()).await?;
+        let rows = selected(store, &queue, &Selection::default()).await?;
         summaries.push(render::QueueSummary::of(&queue, &rows));
     }
     output.queues(&summaries)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The dead-letter and parked queues RabbitMQ's management API lists.
+async fn discovered(
+    broker: &BrokerArgs,
+    management_url: Option<&str>,
+) -> anyhow::Result<Vec<String>> {
+    anyhow::ensure!(
+        !broker.url.starts_with("memory://"),
+        "name the dead-letter queues of memory:// with --queue"
+    );
+    let estate = estate::survey(&broker.url, management_url, &broker.tls_options()?)
+        .await
+        .context(
+            "cannot find the dead-letter queues: enable RabbitMQ's management API (or pass \
+             --management-url), or name the queues with --queue or --topology",
+        )?;
+    Ok(estate.set_aside_queues())
 }
 
 /// Removes the messages of `queue` that `selection` picks (a selection is required: `purge`
@@ -412,7 +456,7 @@ pub(crate) fn set_aside_queues(path: &std::path::Path) -> anyhow::Result<Vec<Str
     Ok(queues
         .iter()
         .filter_map(|queue| queue["name"].as_str())
-        .filter(|name| name.ends_with(".dlq") || name.ends_with(".parked"))
+        .filter(|name| acemq::topology::set_aside_source(name).is_some())
         .map(str::to_owned)
         .collect())
 }

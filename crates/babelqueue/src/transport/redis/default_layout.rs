@@ -162,6 +162,28 @@ impl RedisTransport {
         Ok(keys)
     }
 
+    /// How many values the key holds: `LLEN` of a list, `ZCARD` of a sorted set (the types both
+    /// layouts keep queues in), 0 for a key that does not exist or holds anything else. For
+    /// tools that count a queue of either layout: ready, in flight, delayed, dead.
+    pub async fn key_len(&self, key: &str) -> crate::Result<u64> {
+        let connection = &self.inner.connection;
+        let kind: String = connection
+            .query(redis::cmd("TYPE").arg(key), || {
+                format!("read the type of {key:?}")
+            })
+            .await?;
+        let command = match kind.as_str() {
+            "list" => "LLEN",
+            "zset" => "ZCARD",
+            _ => return Ok(0),
+        };
+        connection
+            .query(redis::cmd(command).arg(key), || {
+                format!("count the values of {key:?}")
+            })
+            .await
+    }
+
     /// Whether any of `keys` exists (`EXISTS`).
     pub async fn any_exists(&self, keys: &[String]) -> crate::Result<bool> {
         let count: u64 = self

@@ -229,6 +229,20 @@ impl RedisOptions {
         format!("{queue}{}", self.dlq_suffix)
     }
 
+    /// The queue whose dead-letter queue `dlq` is: the inverse of
+    /// [`dead_letter_queue`](Self::dead_letter_queue); `None` for any other name.
+    ///
+    /// ```
+    /// use babelqueue::transport::redis::RedisOptions;
+    ///
+    /// assert_eq!(RedisOptions::new().dead_letter_source("orders.dlq"), Some("orders"));
+    /// assert_eq!(RedisOptions::new().dlq_suffix(":dead").dead_letter_source("orders.dlq"), None);
+    /// ```
+    pub fn dead_letter_source<'q>(&self, dlq: &'q str) -> Option<&'q str> {
+        dlq.strip_suffix(self.dlq_suffix.as_str())
+            .filter(|queue| !queue.is_empty())
+    }
+
     /// Default layout: the in-flight list of `queue`, `<queue><processing suffix>`.
     pub fn processing_key(&self, queue: &str) -> String {
         format!("{queue}{}", self.processing_suffix)

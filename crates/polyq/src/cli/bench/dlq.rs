@@ -1,31 +1,38 @@
-//! `polyq bench dlq`: what a dead-letter queue page of the console (and `polyq dlq show` /
-//! `groups`) costs on a large queue, in one run: the non-consuming read alone (the floor any
-//! display pays), the read messages decoded into rows, their fingerprint groups, and the page
-//! rendered. The queue is filled to each size in turn (AceMQ messages on RabbitMQ, BabelQueue
-//! jobs on Redis, ten error patterns), measured, and removed at the end.
+//! `polyq bench dlq`: what a dead-letter queue costs `polyq dlq show` / `groups` and a page of
+//! the console on a large queue, in one run: a page read alone (only its messages taken), the
+//! non-consuming read of the whole queue (the floor any full display pays), the read messages
+//! decoded into rows, their fingerprint groups, and the console page rendered. The queue is
+//! filled to each size in turn (AceMQ messages on RabbitMQ, BabelQueue jobs on Redis, ten error
+//! patterns), measured, and removed at the end.
 
 use std::time::{Duration, Instant};
 
 use acemq::time::OffsetDateTime;
 use clap::Args;
-use polyq_amqp::{Client, FieldValue, MessageJson, OutgoingMessage, Properties, QueueSpec};
+use polyq_amqp::QueueSpec;
+use polyq_amqp::{Client, FieldValue, MessageJson, OutgoingMessage, Properties, PublishOutcome};
 
-use crate::cli::babel::Layout;
-use crate::cli::connect::TlsArgs;
 use crate::cli::console::pages;
 use crate::cli::dlq::render;
-use crate::cli::dlq::row::Row;
+use crate::cli::dlq::row::{Row, Selection};
+use crate::cli::dlq::selected_of;
 use crate::cli::dlq::store::{BrokerArgs, Store};
+
+/// Publishes awaiting their confirm at most while filling a RabbitMQ queue.
+const WINDOW: usize = 1_000;
 
 /// Arguments of `polyq bench dlq`.
 #[derive(Debug, Args)]
 pub(crate) struct DlqArgs {
-    /// The broker: amqp://, amqps:// or redis://.
-    #[arg(long)]
-    url: String,
-    /// Queue sizes to measure, in order (repeatable).
-    #[arg(long = "messages", default_values_t = [1_000, 100_000])]
-    sizes: Vec<usize>,
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// Dead-letter queue sizes to measure (comma-separated or repeated), measured smallest
+    /// first on one queue topped up between sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1000,100000")]
+    messages: Vec<u64>,
+    /// Messages in a page.
+    #[arg(long, default_value_t = 50)]
+    page: u64,
     /// Rounds at each size; the figures are their medians.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -34,6 +41,7 @@ pub(crate) struct DlqArgs {
 /// One round's times.
 #[derive(Clone, Copy)]
 struct Round {
+    page: Duration,
     read: Duration,
     rows: Duration,
     groups: Duration,
@@ -41,48 +49,53 @@ struct Round {
 }
 
 /// Runs `polyq bench dlq`.
-pub(crate) async fn run(args: DlqArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: DlqArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1");
+    anyhow::ensure!(args.page > 0, "--page must be at least 1");
     anyhow::ensure!(
-        args.sizes.windows(2).all(|pair| pair[0] < pair[1]) && !args.sizes.is_empty(),
-        "--messages: give increasing sizes"
+        !args.messages.is_empty() && !args.messages.contains(&0),
+        "--messages: give sizes of at least 1"
     );
-    let broker = BrokerArgs::new(args.url.clone(), Layout::Default, TlsArgs::default());
-    let store = Store::open(&broker).await?;
-    let dlq = format!("polyq.bench.{}.dlq", uuid::Uuid::new_v4().simple());
+    args.messages.sort_unstable();
+    args.messages.dedup();
+    let store = Store::open(&args.broker).await?;
+    let dlq = format!("polyq.bench.dlq.{}.dlq", uuid::Uuid::new_v4().simple());
     println!(
-        "polyq bench dlq: {:?} messages, {} rounds, {}",
-        args.sizes,
+        "polyq bench dlq: {:?} messages, pages of {}, {} rounds, {}",
+        args.messages,
+        args.page,
         args.rounds,
-        polyq_amqp::redact_url(&args.url)
+        polyq_amqp::redact_url(&args.broker.url)
     );
-    println!("messages  read ms  decode ms  groups ms  render ms  page ms  page/read  groups");
+    println!(
+        "messages  page ms  read ms  decode ms  groups ms  render ms  console ms  console/read  \
+         groups"
+    );
     let outcome = measure(&args, &store, &dlq).await;
-    if store.is_redis() {
-        store.purge(&dlq).await.ok();
-    } else {
-        let client = Client::connect(&args.url).await?;
+    let purged = store.purge(&dlq).await;
+    if !store.is_redis() {
+        let client = Client::connect(&args.broker.url).await?;
         client.delete_queue(&dlq).await.ok();
         client.close().await.ok();
     }
-    outcome
+    outcome?;
+    purged.map(drop)
 }
 
 async fn measure(args: &DlqArgs, store: &Store, dlq: &str) -> anyhow::Result<()> {
     if !store.is_redis() {
-        let client = Client::connect(&args.url).await?;
+        let client = Client::connect(&args.broker.url).await?;
         client.declare_queue(&QueueSpec::new(dlq)).await?;
         client.close().await.ok();
     }
     let mut filled = 0;
-    for &size in &args.sizes {
+    for &size in &args.messages {
         fill(args, store, dlq, filled, size).await?;
         filled = size;
         let mut rounds = Vec::with_capacity(args.rounds);
         let mut group_count = 0;
         for _ in 0..args.rounds {
-            let (round, groups, seen) = round(store, dlq).await?;
-            anyhow::ensure!(seen == size, "read {seen} of {size} messages");
+            let (round, groups) = round(store, dlq, size, args.page).await?;
             group_count = groups;
             rounds.push(round);
         }
@@ -92,30 +105,42 @@ async fn measure(args: &DlqArgs, store: &Store, dlq: &str) -> anyhow::Result<()>
             times[times.len() / 2]
         };
         let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
-        let (read, rows, groups, render) = (
+        let (page, read, rows, groups, render) = (
+            median(|r| r.page),
             median(|r| r.read),
             median(|r| r.rows),
             median(|r| r.groups),
             median(|r| r.render),
         );
-        let page = read + rows + groups + render;
+        let console = read + rows + groups + render;
         println!(
-            "{size:>8}  {:>7.1}  {:>9.1}  {:>9.1}  {:>9.1}  {:>7.1}  {:>9.2}  {group_count:>6}",
+            "{size:>8}  {:>7.1}  {:>7.1}  {:>9.1}  {:>9.1}  {:>9.1}  {:>10.1}  {:>12.2}  \
+             {group_count:>6}",
+            ms(page),
             ms(read),
             ms(rows),
             ms(groups),
             ms(render),
-            ms(page),
-            page.as_secs_f64() / read.as_secs_f64()
+            ms(console),
+            console.as_secs_f64() / read.as_secs_f64()
         );
     }
     Ok(())
 }
 
-/// One page of the console, timed step by step; answers the groups and messages it saw.
-async fn round(store: &Store, dlq: &str) -> anyhow::Result<(Round, usize, usize)> {
+/// A page read alone, then one page of the console timed step by step; answers the times and
+/// the groups it saw, after checking every message was read.
+async fn round(store: &Store, dlq: &str, size: u64, page: u64) -> anyhow::Result<(Round, usize)> {
     let start = Instant::now();
-    let stored = store.read(dlq).await?;
+    let paged = selected_of(store, dlq, &Selection::default(), Some(page)).await?;
+    let page_time = start.elapsed();
+    anyhow::ensure!(
+        paged.len() as u64 == page.min(size),
+        "a page of {} read",
+        paged.len()
+    );
+    let start = Instant::now();
+    let stored = store.read(dlq, None).await?;
     let read = start.elapsed();
     let start = Instant::now();
     let now = OffsetDateTime::now_utc();
@@ -126,6 +151,11 @@ async fn round(store: &Store, dlq: &str) -> anyhow::Result<(Round, usize, usize)
         .map(|(position, stored)| Row::read(position, stored, redis, now))
         .collect();
     let decoded = start.elapsed();
+    anyhow::ensure!(
+        rows.len() as u64 == size,
+        "read {} of {size} messages",
+        rows.len()
+    );
     let start = Instant::now();
     let groups = render::groups(&rows);
     let grouped = start.elapsed();
@@ -149,23 +179,18 @@ async fn round(store: &Store, dlq: &str) -> anyhow::Result<(Round, usize, usize)
     let render = start.elapsed();
     anyhow::ensure!(!html.is_empty(), "the page rendered empty");
     let round = Round {
+        page: page_time,
         read,
         rows: decoded,
         groups: grouped,
         render,
     };
-    Ok((round, groups.len(), rows.len()))
+    Ok((round, groups.len()))
 }
 
-/// Tops `dlq` up from `from` to `to` messages.
-async fn fill(
-    args: &DlqArgs,
-    store: &Store,
-    dlq: &str,
-    from: usize,
-    to: usize,
-) -> anyhow::Result<()> {
-    let error = |n: usize| format!("ValueError{}: order o-{n} has no line '{n}x'", n % 10);
+/// Tops `dlq` up from `from` to `to` messages, dead-lettered as each family does it.
+async fn fill(args: &DlqArgs, store: &Store, dlq: &str, from: u64, to: u64) -> anyhow::Result<()> {
+    let error = |n: u64| format!("ValueError{}: order o-{n} has no line '{n}x'", n % 10);
     if store.is_redis() {
         let jobs: Vec<MessageJson> = (from..to)
             .map(|n| {
@@ -189,9 +214,9 @@ async fn fill(
             .collect::<anyhow::Result<_>>()?;
         return store.push(dlq, &jobs, || {}).await;
     }
-    let client = Client::connect(&args.url).await?;
+    let client = Client::connect(&args.broker.url).await?;
     // Confirms awaited in windows, so the fill is quick without an unbounded backlog.
-    for window in (from..to).collect::<Vec<_>>().chunks(1_000) {
+    for window in (from..to).collect::<Vec<_>>().chunks(WINDOW) {
         let mut confirms = Vec::with_capacity(window.len());
         for &n in window {
             let mut properties = Properties {
@@ -200,20 +225,22 @@ async fn fill(
                 ..Properties::default()
             };
             for (name, value) in [
-                ("x-acemq-id", format!("m-{n}")),
-                ("x-acemq-type", "orders.new".to_owned()),
-                ("x-acemq-error", error(n)),
+                ("x-acemq-id", FieldValue::from(format!("m-{n}"))),
+                ("x-acemq-type", FieldValue::from("orders.new")),
+                ("x-acemq-attempt", FieldValue::from(3_i64)),
+                ("x-acemq-error", FieldValue::from(error(n))),
             ] {
-                properties
-                    .headers
-                    .insert(name.to_owned(), FieldValue::from(value));
+                properties.headers.insert(name.to_owned(), value);
             }
-            let body = format!("{{\"order\":{n}}}").into_bytes();
-            let message = OutgoingMessage::new("", dlq, properties, body);
+            let body = format!(r#"{{"order":{n},"lines":[{{"sku":"sku-{n}","qty":1}}]}}"#);
+            let message = OutgoingMessage::new("", dlq, properties, body.into_bytes());
             confirms.push(client.publish(message).await?);
         }
         for confirm in confirms {
-            confirm.await?;
+            anyhow::ensure!(
+                confirm.await? == PublishOutcome::Acked,
+                "a publish was refused"
+            );
         }
     }
     client.close().await.ok();

@@ -1,11 +1,14 @@
-//! Which queues a broker has, and their depths: the one place the overview asks, so that
-//! RabbitMQ's management API can answer here once it is there. Today it is what `polyq dlq
-//! list` uses: Redis `SCAN`, and on RabbitMQ the queues named with `--queue` or `--topology`.
+//! Which queues a broker has, and their depths: the one place the overview asks. On RabbitMQ
+//! that is the management API's survey (`estate::survey`, as `polyq dlq list` finds its
+//! queues), with unacked messages and rates; when the API does not answer, or queues are named
+//! with `--queue` or `--topology`, the named queues are read over AMQP. On Redis, `SCAN`.
 
-use acemq::topology::{dead_letter_queue, parked_queue};
+use acemq::topology::{dead_letter_queue, parked_queue, set_aside_source};
+use polyq_amqp::management::ManagementError;
 
 use super::Broker;
 use crate::cli::dlq::store::Depth;
+use crate::cli::estate::{self, QueueOverview, QueueRates};
 
 /// A source queue with its dead-letter and parked queues; `None` where one does not exist.
 #[derive(Debug, Clone)]
@@ -14,6 +17,8 @@ pub(crate) struct QueueSet {
     pub(crate) source: Option<Depth>,
     pub(crate) dlq: Option<Depth>,
     pub(crate) parked: Option<Depth>,
+    /// The source queue's messages per second, where the management API gives them.
+    pub(crate) rates: Option<QueueRates>,
 }
 
 impl QueueSet {
@@ -26,28 +31,71 @@ impl QueueSet {
     pub(crate) fn parked_name(&self) -> String {
         parked_queue(&self.name)
     }
+
+    /// The set of a surveyed queue, `None` for a queue of neither family's topology (no
+    /// set-aside queue, nothing AceMQ's): the overview shows the queues that can fail.
+    fn surveyed(queue: QueueOverview) -> Option<Self> {
+        let set_aside = |depth: Option<u64>| Depth {
+            ready: depth.unwrap_or_default(),
+            unacked: None,
+            consumers: None,
+        };
+        if queue.dead_letter.is_none() && queue.parked.is_none() && queue.family.is_none() {
+            return None;
+        }
+        Some(Self {
+            source: queue.exists.then(|| Depth {
+                ready: queue.ready.unwrap_or_default(),
+                unacked: queue.unacked,
+                consumers: queue.consumers,
+            }),
+            dlq: queue.dead_letter.map(|dlq| set_aside(dlq.depth)),
+            parked: queue.parked.map(|parked| set_aside(parked.depth)),
+            rates: queue.rates,
+            name: queue.name,
+        })
+    }
 }
 
-/// The source queue a queue name belongs to: itself, or the queue it is the dead-letter or
-/// parked queue of.
-fn source_of(queue: &str) -> &str {
-    [dead_letter_queue(""), parked_queue("")]
-        .iter()
-        .find_map(|suffix| queue.strip_suffix(suffix.as_str()))
-        .filter(|source| !source.is_empty())
-        .unwrap_or(queue)
-}
-
-/// The queues of `broker` with their depths, by name; `named` adds queues the broker cannot
-/// list (RabbitMQ over AMQP).
+/// The queues of `broker` with their depths, by name; `named` are the RabbitMQ queues given
+/// with `--queue` or `--topology`, read instead of asking the management API.
 pub(crate) async fn queues(broker: &Broker, named: &[String]) -> anyhow::Result<Vec<QueueSet>> {
+    let url = &broker.args.url;
+    let amqp = url.starts_with("amqp://") || url.starts_with("amqps://");
+    if amqp && named.is_empty() {
+        match estate::survey(url, None, &broker.args.tls_options()?).await {
+            Ok(estate) => {
+                return Ok(estate
+                    .queues
+                    .into_iter()
+                    .filter_map(QueueSet::surveyed)
+                    .collect());
+            }
+            // An API that does not answer leaves the queues named (none); one that refuses
+            // is shown as the broker's error.
+            Err(error)
+                if error
+                    .downcast_ref::<ManagementError>()
+                    .is_some_and(ManagementError::is_connection) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    named_queues(broker, named).await
+}
+
+/// The queues Redis lists, or those `named` on RabbitMQ, with the depths the store reads.
+async fn named_queues(broker: &Broker, named: &[String]) -> anyhow::Result<Vec<QueueSet>> {
     let store = &broker.store;
     let mut sources: Vec<String> = store
         .dead_letter_queues()
         .await?
         .iter()
         .chain(if store.is_redis() { &[][..] } else { named })
-        .map(|queue| source_of(queue).to_owned())
+        .map(|queue| {
+            set_aside_source(queue)
+                .map_or(queue.as_str(), |(source, _)| source)
+                .to_owned()
+        })
         .collect();
     sources.sort();
     sources.dedup();
@@ -69,19 +117,7 @@ pub(crate) async fn queues(broker: &Broker, named: &[String]) -> anyhow::Result<
             source: depths.next().flatten(),
             dlq: depths.next().flatten(),
             parked: if redis { None } else { depths.next().flatten() },
+            rates: None,
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::source_of;
-
-    #[test]
-    fn set_aside_queues_belong_to_their_source() {
-        assert_eq!(source_of("orders.dlq"), "orders");
-        assert_eq!(source_of("orders.parked"), "orders");
-        assert_eq!(source_of("orders"), "orders");
-        assert_eq!(source_of(".dlq"), ".dlq");
-    }
 }

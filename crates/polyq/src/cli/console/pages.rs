@@ -11,6 +11,7 @@ use super::discovery::QueueSet;
 use crate::cli::dlq::render::{Group, age};
 use crate::cli::dlq::row::Row;
 use crate::cli::dlq::store::Depth;
+use crate::cli::estate::QueueRates;
 
 /// Messages on one page of a dead-letter queue.
 pub(crate) const PAGE_SIZE: usize = 50;
@@ -118,6 +119,22 @@ fn depth_cells(depth: Option<Depth>) -> Markup {
     }
 }
 
+/// The management API's rates, `—` where it gives none (over AMQP, or a queue without traffic).
+fn rates_text(rates: Option<QueueRates>) -> String {
+    let rate = |rate: Option<f64>| rate.map_or_else(|| "—".to_owned(), |rate| format!("{rate:.1}"));
+    rates.map_or_else(
+        || "—".to_owned(),
+        |rates| {
+            format!(
+                "{} / {} / {}",
+                rate(rates.publish),
+                rate(rates.deliver_get),
+                rate(rates.ack)
+            )
+        },
+    )
+}
+
 fn set_aside_cell(broker: usize, queue: String, depth: Option<Depth>) -> Markup {
     html! {
         td.n {
@@ -136,13 +153,14 @@ pub(crate) fn overview_tables(brokers: &[(String, anyhow::Result<Vec<QueueSet>>)
             h2 { (label) }
             @match queues {
                 Err(error) => p.note { "Cannot read this broker: " (polyq_amqp::error_chain(error.as_ref())) },
-                Ok(queues) if queues.is_empty() => p { "No queues found: no dead-letter lists on Redis; on RabbitMQ, name them with --queue or --topology." },
+                Ok(queues) if queues.is_empty() => p { "No queues found: no dead-letter lists on Redis; on RabbitMQ, none with a dead-letter or parked queue in the management API, or, when it does not answer, name them with --queue or --topology." },
                 Ok(queues) => table {
-                    tr { th { "Queue" } th { "Ready" } th { "Unacked" } th { "Consumers" } th { "DLQ" } th { "Parked" } }
+                    tr { th { "Queue" } th { "Ready" } th { "Unacked" } th { "Consumers" } th { "Publish / deliver / ack per s" } th { "DLQ" } th { "Parked" } }
                     @for set in queues {
                         tr {
                             td { (set.name) }
                             (depth_cells(set.source))
+                            td.n { (rates_text(set.rates)) }
                             (set_aside_cell(index, set.dlq_name(), set.dlq))
                             (set_aside_cell(index, set.parked_name(), set.parked))
                         }
@@ -159,7 +177,7 @@ pub(crate) fn overview(reader: &Reader<'_>, tables: Markup) -> Markup {
         "Queues",
         reader,
         html! {
-            p { "Ready, unacked and consumers of each source queue; the depth of its dead-letter and parked queues. Live." }
+            p { "Ready, unacked, consumers and rates of each source queue (unacked and rates from RabbitMQ's management API, or Redis); the depth of its dead-letter and parked queues. Live." }
             div #overview { (tables) }
             script { (PreEscaped(LIVE)) }
         },

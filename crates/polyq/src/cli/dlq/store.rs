@@ -54,10 +54,14 @@ impl RedisList {
         }
     }
 
-    async fn browse(&self, queue: &str) -> babelqueue::Result<Vec<bytes::Bytes>> {
+    async fn browse(
+        &self,
+        queue: &str,
+        limit: Option<u64>,
+    ) -> babelqueue::Result<Vec<bytes::Bytes>> {
         match self {
-            Self::Default(redis) => redis.browse(queue, None).await,
-            Self::Laravel(laravel) => laravel.browse(queue, None).await,
+            Self::Default(redis) => redis.browse(queue, limit).await,
+            Self::Laravel(laravel) => laravel.browse(queue, limit).await,
         }
     }
 
@@ -126,6 +130,11 @@ impl BrokerArgs {
     /// The Redis key layout.
     pub(crate) fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// The TLS settings the flags give.
+    pub(crate) fn tls_options(&self) -> anyhow::Result<polyq_amqp::TlsOptions> {
+        self.tls.options()
     }
 }
 
@@ -221,11 +230,17 @@ impl Store {
         }
     }
 
-    /// Every message of `queue`, in order, none consumed.
-    pub(crate) async fn read(&self, queue: &str) -> anyhow::Result<Vec<Stored>> {
+    /// The first `limit` messages of `queue` (all with `None`), in order, none consumed. Redis
+    /// reads only those (`LRANGE`); RabbitMQ takes and holds only those, but a message further
+    /// down cannot be reached without taking every one before it.
+    pub(crate) async fn read(
+        &self,
+        queue: &str,
+        limit: Option<u64>,
+    ) -> anyhow::Result<Vec<Stored>> {
         let context = || format!("--queue {queue}: cannot read it");
         Ok(match self {
-            Self::Amqp { url, options } => browse(url, options.clone(), queue, None)
+            Self::Amqp { url, options } => browse(url, options.clone(), queue, limit)
                 .await
                 .with_context(context)?
                 .into_iter()
@@ -235,7 +250,7 @@ impl Store {
                 })
                 .collect(),
             Self::Redis(list) => list
-                .browse(queue)
+                .browse(queue, limit)
                 .await
                 .with_context(context)?
                 .into_iter()
@@ -263,7 +278,7 @@ impl Store {
             }
             Self::Redis(list) => {
                 let mut removed = 0;
-                for stored in self.read(queue).await? {
+                for stored in self.read(queue, None).await? {
                     if select(&stored.message) {
                         let gone = list.remove(queue, &stored.message.body).await;
                         removed += u64::from(gone.with_context(context)?);
