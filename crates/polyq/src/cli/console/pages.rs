@@ -155,14 +155,14 @@ pub(crate) fn overview_tables(brokers: &[(String, anyhow::Result<Vec<QueueSet>>)
                 Err(error) => p.note { "Cannot read this broker: " (polyq_amqp::error_chain(error.as_ref())) },
                 Ok(queues) if queues.is_empty() => p { "No queues found: no dead-letter lists on Redis; on RabbitMQ, none with a dead-letter or parked queue in the management API, or, when it does not answer, name them with --queue or --topology." },
                 Ok(queues) => table {
-                    tr { th { "Queue" } th { "Ready" } th { "Unacked" } th { "Consumers" } th { "Publish / deliver / ack per s" } th { "DLQ" } th { "Parked" } }
+                    tr { th { "Queue" } th { "Ready" } th { "Unacked" } th { "Consumers" } th { "DLQ" } th { "Parked" } th { "Publish / deliver / ack per s" } }
                     @for set in queues {
                         tr {
                             td { (set.name) }
                             (depth_cells(set.source))
-                            td.n { (rates_text(set.rates)) }
                             (set_aside_cell(index, set.dlq_name(), set.dlq))
                             (set_aside_cell(index, set.parked_name(), set.parked))
+                            td.n { (rates_text(set.rates)) }
                         }
                     }
                 }
