@@ -1,8 +1,9 @@
-//! The AceMQ envelope read from a delivery's headers: never panics, and an envelope written back
-//! to headers reads as itself.
+//! The AceMQ envelope read from a delivery's headers: never panics, lets no reserved header
+//! through to the application headers, and an envelope written back to headers reads as itself.
 #![no_main]
 
 use acemq::Envelope;
+use acemq::headers::is_ace_header;
 use libfuzzer_sys::fuzz_target;
 use polyq_fuzz::{Delivery, now};
 
@@ -15,6 +16,10 @@ fuzz_target!(|data: &[u8]| {
         &delivery.routing_key,
         delivery.message_id.as_deref(),
         now(),
+    );
+    assert!(
+        envelope.headers().keys().all(|name| !is_ace_header(name)),
+        "a reserved header reached the application headers"
     );
     let again = Envelope::from_headers_at(
         &envelope.to_headers(),
