@@ -129,6 +129,25 @@ pub use codec::verdict::{Reason, Verdict, classify};
 pub use dead_letter::{DeadLetter, DeadLetterInfo, DeadLetterReason, poison_record};
 pub use error::{Error, PoisonCause, Result};
 
+/// The two body readers behind [`decode`], each on its own, for the differential fuzz target in
+/// `fuzz/` (they must agree on every body the fast one takes). Built only by `cargo fuzz`, which
+/// compiles with `--cfg fuzzing`.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::{Decoded, PoisonCause};
+
+    /// The one-pass reader of canonical bodies: `None` for anything it leaves to the full one.
+    pub fn fast_decode(text: &str) -> Option<Decoded> {
+        crate::codec::fast_decode::decode(text)
+    }
+
+    /// The full reader, which decides every body the fast one leaves.
+    pub fn full_decode(text: &str) -> Result<Decoded, PoisonCause> {
+        crate::codec::decode::decode_any(text)
+    }
+}
+
 /// The README's example, run as a doctest so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
