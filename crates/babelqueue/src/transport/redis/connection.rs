@@ -402,11 +402,29 @@ impl Connection {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        let mut connection = match idle {
-            Some(connection) => connection,
-            None => self.endpoint.open(&self.waiting_config).await?,
+        let (connection, answer) = match idle {
+            Some(mut connection) => match command.query_async(&mut connection).await {
+                // An idle connection can have broken while nobody used it (a cut, a restart),
+                // and so can every other one kept since: they go, and the wait runs on a new
+                // one, instead of failing and leaving the caller to back off.
+                Err(error) if error.is_io_error() || error.is_connection_dropped() => {
+                    self.waiting
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clear();
+                    let mut connection = self.endpoint.open(&self.waiting_config).await?;
+                    let answer = command.query_async(&mut connection).await;
+                    (connection, answer)
+                }
+                answer => (connection, answer),
+            },
+            None => {
+                let mut connection = self.endpoint.open(&self.waiting_config).await?;
+                let answer = command.query_async(&mut connection).await;
+                (connection, answer)
+            }
         };
-        let answer = command.query_async(&mut connection).await?;
+        let answer = answer?;
         let mut idle = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < IDLE_WAITERS {
             idle.push(connection);
