@@ -224,6 +224,13 @@ impl Load {
             details.push(format!("{unconfirmed} never confirmed"));
         }
         let mut failure = report.failure;
+        // Losing nothing is not enough: publishers that never get a confirm again after the
+        // fault have not recovered, even though the caller was told about every one.
+        if publish_back.is_none() && unconfirmed > 0 {
+            failure.get_or_insert(format!(
+                "publishing never resumed after the fault: {unconfirmed} never confirmed"
+            ));
+        }
         match worker_result {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(error))) => {
