@@ -236,20 +236,34 @@ fn done(params: &Params, text: &str) -> Response {
     (StatusCode::SEE_OTHER, [(LOCATION, location)]).into_response()
 }
 
+/// Runs the mutation the form in `body` asks for, once `refusal` lets it, then goes back to the
+/// queue's page saying what was done.
+async fn mutate(
+    app: &App,
+    headers: &HeaderMap,
+    body: &[u8],
+    run: impl AsyncFnOnce(&Params) -> anyhow::Result<String>,
+) -> Response {
+    let params = Params::parse(body);
+    if let Some(refused) = refusal(app, headers, &params) {
+        return refused;
+    }
+    match run(&params).await {
+        Ok(text) => done(&params, &text),
+        Err(error) => answer(app, headers, Err(error)),
+    }
+}
+
 async fn action(
     State(app): Shared,
     ConnectInfo(from): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let params = Params::parse(&body);
-    if let Some(refused) = refusal(&app, &headers, &params) {
-        return refused;
-    }
-    match actions::act(&app, &params, from).await {
-        Ok(text) => done(&params, &text),
-        Err(error) => answer(&app, &headers, Err(error)),
-    }
+    mutate(&app, &headers, &body, async |params| {
+        actions::act(&app, params, from).await
+    })
+    .await
 }
 
 async fn edit(
@@ -258,14 +272,10 @@ async fn edit(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let params = Params::parse(&body);
-    if let Some(refused) = refusal(&app, &headers, &params) {
-        return refused;
-    }
-    match actions::edit_replay(&app, &params, from).await {
-        Ok(text) => done(&params, &text),
-        Err(error) => answer(&app, &headers, Err(error)),
-    }
+    mutate(&app, &headers, &body, async |params| {
+        actions::edit_replay(&app, params, from).await
+    })
+    .await
 }
 
 async fn audit(State(app): Shared, headers: HeaderMap) -> Response {
