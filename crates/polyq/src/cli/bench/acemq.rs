@@ -324,36 +324,64 @@ pub(super) async fn end_to_end(
     count: u32,
     settings: &Settings,
 ) -> anyhow::Result<Duration> {
-    let handled = Arc::new(AtomicU32::new(0));
-    let done = Arc::new(Notify::new());
+    let countdown = Countdown::new(count);
     let started = Instant::now();
     let consumer = mq
         .consumer_with::<Bytes>(queue, RawCodec)
         .prefetch(settings.prefetch)
         .declare(false)
-        .start({
-            let handled = Arc::clone(&handled);
-            let done = Arc::clone(&done);
-            move |_: Message<Bytes>| {
-                if handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
-                    done.notify_one();
-                }
-                std::future::ready(())
-            }
-        })
+        .start(countdown.handler())
         .await?;
     publish(mq, queue, count, settings).await?;
-    let finished = tokio::time::timeout(SLICE_DEADLINE, done.notified()).await;
+    let finished = countdown.finished(SLICE_DEADLINE).await;
     let elapsed = started.elapsed();
     let report = consumer.drain(Duration::from_secs(10)).await;
-    finished.map_err(|_| {
+    finished.map_err(|handled| {
         anyhow::anyhow!(
-            "acemq end-to-end slice handled {} of {count} messages in {SLICE_DEADLINE:?}",
-            handled.load(Ordering::Relaxed)
+            "acemq end-to-end slice handled {handled} of {count} messages in {SLICE_DEADLINE:?}"
         )
     })?;
     anyhow::ensure!(report.is_clean(), "acemq consumer drain: {report:?}");
     Ok(elapsed)
+}
+
+/// A handler that does nothing but count its calls, and wakes whoever waits at the `count`th.
+pub(super) struct Countdown {
+    handled: Arc<AtomicU32>,
+    done: Arc<Notify>,
+    count: u32,
+}
+
+impl Countdown {
+    pub(super) fn new(count: u32) -> Self {
+        Self {
+            handled: Arc::new(AtomicU32::new(0)),
+            done: Arc::new(Notify::new()),
+            count,
+        }
+    }
+
+    /// The counting handler, for `ConsumerBuilder::start`.
+    pub(super) fn handler(
+        &self,
+    ) -> impl Fn(Message<Bytes>) -> std::future::Ready<()> + Send + Sync + 'static {
+        let handled = Arc::clone(&self.handled);
+        let done = Arc::clone(&self.done);
+        let count = self.count;
+        move |_: Message<Bytes>| {
+            if handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
+                done.notify_one();
+            }
+            std::future::ready(())
+        }
+    }
+
+    /// Waits for the last call for at most `deadline`; on time-out, how many calls came.
+    pub(super) async fn finished(&self, deadline: Duration) -> Result<(), u32> {
+        tokio::time::timeout(deadline, self.done.notified())
+            .await
+            .map_err(|_| self.handled.load(Ordering::Relaxed))
+    }
 }
 
 /// Percentiles of the publish-to-handler latency.

@@ -8,22 +8,21 @@
 //! figure is the median of the rounds' ratios (idempotent rate over plain rate).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use acemq::AceMq;
 use acemq::codec::Raw as RawCodec;
 use acemq::idempotency::IdempotencyStore;
 use acemq::idempotency::postgres::PostgresIdempotencyStore;
 use acemq::idempotency::redis::RedisIdempotencyStore;
-use acemq::{AceMq, Message};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use polyq_amqp::QueueSpec;
 use sqlx::PgPool;
-use tokio::sync::Notify;
 
+use super::acemq::Countdown;
 use super::rate;
 
 /// How long a side may take to consume its messages before the run fails.
@@ -241,8 +240,7 @@ async fn consume(
     store: Option<Arc<dyn IdempotencyStore>>,
 ) -> anyhow::Result<Duration> {
     let count = args.messages;
-    let handled = Arc::new(AtomicU32::new(0));
-    let done = Arc::new(Notify::new());
+    let countdown = Countdown::new(count);
     let mut builder = mq
         .consumer_with::<Bytes>(queue, RawCodec)
         .prefetch(args.prefetch)
@@ -251,26 +249,12 @@ async fn consume(
         builder = builder.idempotent(store);
     }
     let started = Instant::now();
-    let consumer = builder
-        .start({
-            let handled = Arc::clone(&handled);
-            let done = Arc::clone(&done);
-            move |_: Message<Bytes>| {
-                if handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
-                    done.notify_one();
-                }
-                std::future::ready(())
-            }
-        })
-        .await?;
-    let finished = tokio::time::timeout(SIDE_DEADLINE, done.notified()).await;
+    let consumer = builder.start(countdown.handler()).await?;
+    let finished = countdown.finished(SIDE_DEADLINE).await;
     let elapsed = started.elapsed();
     let report = consumer.drain(Duration::from_secs(30)).await;
-    finished.map_err(|_| {
-        anyhow::anyhow!(
-            "the consumer handled {} of {count} messages in {SIDE_DEADLINE:?}",
-            handled.load(Ordering::Relaxed)
-        )
+    finished.map_err(|handled| {
+        anyhow::anyhow!("the consumer handled {handled} of {count} messages in {SIDE_DEADLINE:?}")
     })?;
     anyhow::ensure!(report.is_clean(), "consumer drain: {report:?}");
     Ok(elapsed)
