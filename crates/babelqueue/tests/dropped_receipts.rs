@@ -4,16 +4,16 @@
 
 #![cfg(feature = "redis")]
 
-mod every_binding;
 mod runtime_support;
 
 use babelqueue::transport::{ConnectOptions, Transport};
-use every_binding::{Binding, Bound};
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::Bound;
 
-async fn a_dropped_receipt_gives_its_message_back(binding: Binding) {
+async fn a_dropped_receipt_gives_its_message_back(broker: &'static TestBroker) {
     // One delivery in flight at a time: on RabbitMQ and `memory://` the dropped one must leave
     // the prefetch window for anything to be delivered at all.
-    let bound = Bound::with(binding, ConnectOptions::default().prefetch(1)).await;
+    let bound = Bound::with(broker, ConnectOptions::default().prefetch(1)).await;
     let queue = bound.name().to_owned();
     let transport = bound.transport();
     let headers = [("traceparent".to_owned(), "00-dropped-01".to_owned())];
@@ -43,8 +43,9 @@ async fn a_dropped_receipt_gives_its_message_back(binding: Binding) {
     transport.ack(&second.receipt).await.unwrap();
     transport.unsubscribe(&queue).await.unwrap();
     assert_eq!(bound.depth(&queue).await, 0);
-    bound.cleanup(&[]).await;
 }
 
-on_bindings!(a_dropped_receipt_gives_its_message_back;
-    memory: Memory, rabbitmq: RabbitMq, redis: Redis, laravel: Laravel);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis, laravel;
+    a_dropped_receipt_gives_its_message_back
+);

@@ -3,7 +3,6 @@
 //! rolled-back one leaves none, two relays never publish a row twice, and a malformed row is
 //! failed with its reason without stopping the relay.
 
-mod every_binding;
 mod runtime_support;
 
 use std::collections::HashSet;
@@ -11,7 +10,8 @@ use std::sync::Arc;
 
 use babelqueue::outbox::{MemoryOutboxStore, OutboxRelay};
 use babelqueue::{Envelope, MakeOptions, make};
-use every_binding::{Binding, Bound};
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::Bound;
 use serde_json::json;
 
 fn order(queue: &str, id: i64) -> Envelope {
@@ -23,8 +23,8 @@ fn order(queue: &str, id: i64) -> Envelope {
     .unwrap()
 }
 
-async fn commits_or_rolls_back(binding: Binding) {
-    let bound = Bound::new(binding).await;
+async fn commits_or_rolls_back(broker: &'static TestBroker) {
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let store = MemoryOutboxStore::new();
     let mut rolled_back = store.begin();
@@ -51,12 +51,11 @@ async fn commits_or_rolls_back(binding: Binding) {
         0,
         "published once"
     );
-    bound.cleanup(&[]).await;
 }
-on_bindings!(commits_or_rolls_back; memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(on memory, rabbitmq, redis; commits_or_rolls_back);
 
-async fn two_relays_never_publish_a_row_twice(binding: Binding) {
-    let bound = Bound::new(binding).await;
+async fn two_relays_never_publish_a_row_twice(broker: &'static TestBroker) {
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let store = MemoryOutboxStore::new();
     let rows = 120;
@@ -81,12 +80,11 @@ async fn two_relays_never_publish_a_row_twice(binding: Binding) {
         ids.insert(decoded.envelope.meta().unwrap().id().unwrap().to_owned());
     }
     assert_eq!(ids.len(), rows as usize);
-    bound.cleanup(&[]).await;
 }
-on_bindings!(two_relays_never_publish_a_row_twice; memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(on memory, rabbitmq, redis; two_relays_never_publish_a_row_twice);
 
-async fn a_malformed_row_is_failed_and_the_rest_published(binding: Binding) {
-    let bound = Bound::new(binding).await;
+async fn a_malformed_row_is_failed_and_the_rest_published(broker: &'static TestBroker) {
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let store = MemoryOutboxStore::new();
     let bad = store.save_raw("not an envelope", &queue);
@@ -117,6 +115,8 @@ async fn a_malformed_row_is_failed_and_the_rest_published(binding: Binding) {
         Default::default(),
         "not offered again"
     );
-    bound.cleanup(&[]).await;
 }
-on_bindings!(a_malformed_row_is_failed_and_the_rest_published; memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis;
+    a_malformed_row_is_failed_and_the_rest_published
+);

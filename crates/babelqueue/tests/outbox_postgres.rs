@@ -3,7 +3,6 @@
 //! bytes verbatim, two relays never publish a row twice, a malformed row is failed without
 //! stopping the relay, and a failed publish is retried after its backoff.
 
-mod every_binding;
 mod runtime_support;
 
 use std::collections::HashSet;
@@ -13,7 +12,8 @@ use std::time::Duration;
 use babelqueue::outbox::{Outbox, OutboxRelay, PgOutboxStore};
 use babelqueue::transport::{AnyTransport, ConnectOptions, Transport};
 use babelqueue::{Envelope, MakeOptions, make};
-use every_binding::{Binding, Bound, PATIENCE};
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::{Bound, PATIENCE};
 use serde_json::json;
 use sqlx::{PgPool, Row};
 
@@ -98,9 +98,9 @@ impl Tables {
     }
 }
 
-async fn commits_or_rolls_back_with_the_business_row(binding: Binding) {
+async fn commits_or_rolls_back_with_the_business_row(broker: &'static TestBroker) {
     let tables = Tables::new().await;
-    let bound = Bound::new(binding).await;
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     tables.place(&queue, 1, false).await;
     let committed = tables.place(&queue, 2, true).await;
@@ -119,13 +119,15 @@ async fn commits_or_rolls_back_with_the_business_row(binding: Binding) {
     assert_eq!((status.pending, status.failed), (0, 0));
     assert_eq!(status.oldest_pending_age, None);
     tables.drop().await;
-    bound.cleanup(&[]).await;
 }
-on_bindings!(commits_or_rolls_back_with_the_business_row; memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis;
+    commits_or_rolls_back_with_the_business_row
+);
 
-async fn the_next_relay_publishes_what_a_stopped_one_left(binding: Binding) {
+async fn the_next_relay_publishes_what_a_stopped_one_left(broker: &'static TestBroker) {
     let tables = Tables::new().await;
-    let bound = Bound::new(binding).await;
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let written = tables.place(&queue, 1, true).await;
 
@@ -156,13 +158,15 @@ async fn the_next_relay_publishes_what_a_stopped_one_left(binding: Binding) {
         .expect("the relay stops when asked")
         .unwrap();
     tables.drop().await;
-    bound.cleanup(&[]).await;
 }
-on_bindings!(the_next_relay_publishes_what_a_stopped_one_left; memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis;
+    the_next_relay_publishes_what_a_stopped_one_left
+);
 
-async fn two_relays_never_publish_a_row_twice(binding: Binding) {
+async fn two_relays_never_publish_a_row_twice(broker: &'static TestBroker) {
     let tables = Tables::new().await;
-    let bound = Bound::new(binding).await;
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let rows = 120;
     let mut tx = tables.db.begin().await.unwrap();
@@ -193,13 +197,12 @@ async fn two_relays_never_publish_a_row_twice(binding: Binding) {
     }
     assert_eq!(ids.len(), rows);
     tables.drop().await;
-    bound.cleanup(&[]).await;
 }
-on_bindings!(two_relays_never_publish_a_row_twice; memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(on memory, rabbitmq, redis; two_relays_never_publish_a_row_twice);
 
-async fn a_malformed_row_is_failed_and_the_rest_published(binding: Binding) {
+async fn a_malformed_row_is_failed_and_the_rest_published(broker: &'static TestBroker) {
     let tables = Tables::new().await;
-    let bound = Bound::new(binding).await;
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let bad: i64 = sqlx::query_scalar(&format!(
         "INSERT INTO {} (queue, body, created_at) VALUES ($1, 'not an envelope', now()) RETURNING id",
@@ -239,21 +242,19 @@ async fn a_malformed_row_is_failed_and_the_rest_published(binding: Binding) {
         "not offered again"
     );
     tables.drop().await;
-    bound.cleanup(&[]).await;
 }
-on_bindings!(a_malformed_row_is_failed_and_the_rest_published; memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis;
+    a_malformed_row_is_failed_and_the_rest_published
+);
 
-async fn a_failed_publish_backs_off_and_is_published_later(binding: Binding) {
+async fn a_failed_publish_backs_off_and_is_published_later(broker: &'static TestBroker) {
     let tables = Tables::new().await;
-    let bound = Bound::new(binding).await;
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let written = tables.place(&queue, 1, true).await;
-    let url = match binding {
-        Binding::Memory => format!("memory://{queue}"),
-        _ => polyq_testkit::amqp_url(),
-    };
     // A connection that is gone: every publish through it fails.
-    let gone = AnyTransport::connect(&url, ConnectOptions::default())
+    let gone = AnyTransport::connect(broker.url(), ConnectOptions::default())
         .await
         .unwrap();
     let AnyTransport::Amqp(amqp) = &gone else {
@@ -288,6 +289,8 @@ async fn a_failed_publish_backs_off_and_is_published_later(binding: Binding) {
     let taken = bound.take_and_ack(&queue).await;
     assert_eq!(&taken.body[..], written.encode().unwrap().as_bytes());
     tables.drop().await;
-    bound.cleanup(&[]).await;
 }
-on_bindings!(a_failed_publish_backs_off_and_is_published_later; memory: Memory, rabbitmq: RabbitMq);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq;
+    a_failed_publish_backs_off_and_is_published_later
+);

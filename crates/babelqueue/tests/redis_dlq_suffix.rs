@@ -4,20 +4,19 @@
 
 #![cfg(feature = "redis")]
 
-mod every_binding;
 mod runtime_support;
 
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::transport::Transport;
 use babelqueue::worker::Job;
-use every_binding::{Binding, Bound};
-use runtime_support::IDLE;
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::{Bound, IDLE};
 use serde_json::json;
 
 const URN: &str = "urn:babel:orders:created";
 
-async fn worker_and_redrive_follow_the_suffix(binding: Binding) {
-    let bound = Bound::with(binding, Bound::dlq_suffix(":dead")).await;
+async fn worker_and_redrive_follow_the_suffix(broker: &'static TestBroker) {
+    let bound = Bound::with(broker, Bound::dlq_suffix(":dead")).await;
     let queue = bound.name().to_owned();
     let dlq = format!("{queue}:dead");
     assert_eq!(bound.transport().dead_letter_queue(&queue), dlq);
@@ -60,7 +59,6 @@ async fn worker_and_redrive_follow_the_suffix(binding: Binding) {
         .await
         .unwrap();
     assert_eq!(report.succeeded, 1, "{report:?}");
-    bound.cleanup(&[]).await;
 }
 
-on_bindings!(worker_and_redrive_follow_the_suffix; redis: Redis, laravel: Laravel);
+polyq_testkit::both_brokers!(on redis, laravel; worker_and_redrive_follow_the_suffix);

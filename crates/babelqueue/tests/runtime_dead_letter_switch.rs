@@ -4,7 +4,6 @@
 
 #![cfg(feature = "redis")]
 
-mod every_binding;
 mod runtime_support;
 
 use std::sync::Arc;
@@ -12,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use babelqueue::transport::Transport;
 use babelqueue::worker::{AfterFailure, BoxError, JobContext, JobInterceptor, JobResult};
-use every_binding::{Binding, Bound};
-use runtime_support::IDLE;
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::{Bound, IDLE};
 use serde_json::json;
 
 const URN: &str = "urn:babel:orders:created";
@@ -39,8 +38,8 @@ impl JobInterceptor for CountDropped {
     }
 }
 
-async fn exhausted_retries_dropped_only_when_switched_off(binding: Binding) {
-    let bound = Bound::new(binding).await;
+async fn exhausted_retries_dropped_only_when_switched_off(broker: &'static TestBroker) {
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let dlq = bound.transport().dead_letter_queue(&queue);
     let failing = |switch: Option<bool>| {
@@ -104,8 +103,9 @@ async fn exhausted_retries_dropped_only_when_switched_off(binding: Binding) {
         Some("failed")
     );
     bound.transport().unsubscribe(&dlq).await.unwrap();
-    bound.cleanup(&[]).await;
 }
 
-on_bindings!(exhausted_retries_dropped_only_when_switched_off;
-    memory: Memory, rabbitmq: RabbitMq, redis: Redis, laravel: Laravel);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis, laravel;
+    exhausted_retries_dropped_only_when_switched_off
+);

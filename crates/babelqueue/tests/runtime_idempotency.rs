@@ -6,7 +6,6 @@
 
 #![cfg(all(feature = "redis", feature = "postgres"))]
 
-mod every_binding;
 mod runtime_support;
 
 use std::sync::Arc;
@@ -20,7 +19,8 @@ use babelqueue::idempotency::{
 use babelqueue::transport::{ConnectOptions, Transport};
 use babelqueue::worker::{BoxError, JobContext, JobInterceptor};
 use babelqueue::{Envelope, MakeOptions};
-use every_binding::{Binding, Bound, PATIENCE};
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::{Bound, PATIENCE};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
@@ -111,8 +111,8 @@ async fn publish_twice(bound: &Bound) -> Envelope {
     job
 }
 
-async fn two_workers_one_effect(binding: Binding, store: Store) {
-    let bound = Bound::with(binding, ConnectOptions::default().prefetch(1)).await;
+async fn two_workers_one_effect(broker: &'static TestBroker, store: Store) {
+    let bound = Bound::with(broker, ConnectOptions::default().prefetch(1)).await;
     let opened = Opened::new(store).await;
     publish_twice(&bound).await;
     let effects = Arc::new(AtomicUsize::new(0));
@@ -141,7 +141,6 @@ async fn two_workers_one_effect(binding: Binding, store: Store) {
     assert_eq!(effects.load(Ordering::SeqCst), 1, "{store:?}");
     assert_eq!(bound.depth(bound.name()).await, 0);
     opened.close().await;
-    bound.cleanup(&[]).await;
 }
 
 /// Counts the deliveries that reached a worker, before the idempotency guard.
@@ -154,8 +153,8 @@ impl JobInterceptor for Arrivals {
     }
 }
 
-async fn concurrent_duplicates_wait_for_the_winner(binding: Binding, store: Store) {
-    let bound = Bound::with(binding, ConnectOptions::default().prefetch(1)).await;
+async fn concurrent_duplicates_wait_for_the_winner(broker: &'static TestBroker, store: Store) {
+    let bound = Bound::with(broker, ConnectOptions::default().prefetch(1)).await;
     let opened = Opened::new(store).await;
     publish_twice(&bound).await;
     let effects = Arc::new(AtomicUsize::new(0));
@@ -193,7 +192,6 @@ async fn concurrent_duplicates_wait_for_the_winner(binding: Binding, store: Stor
     assert_eq!(effects.load(Ordering::SeqCst), 1, "{store:?}");
     assert_eq!(bound.depth(bound.name()).await, 0);
     opened.close().await;
-    bound.cleanup(&[]).await;
 }
 
 /// A PostgreSQL store on a port nothing listens on.
@@ -215,8 +213,11 @@ fn unreachable_redis() -> Idempotency {
     Idempotency::claiming(Arc::new(RedisClaimingStore::new(connection)))
 }
 
-async fn an_unreachable_store_fails_into_the_retry_path(binding: Binding, option: Idempotency) {
-    let bound = Bound::new(binding).await;
+async fn an_unreachable_store_fails_into_the_retry_path(
+    broker: &'static TestBroker,
+    option: Idempotency,
+) {
+    let bound = Bound::new(broker).await;
     let sent = bound
         .queue
         .publish(URN, &json!({"payment": 8}))
@@ -262,66 +263,73 @@ async fn an_unreachable_store_fails_into_the_retry_path(binding: Binding, option
     );
     assert!(body.contains("idempotency store"), "{body}");
     assert_eq!(bound.depth(bound.name()).await, 0);
-    bound.cleanup(&[]).await;
 }
 
-macro_rules! on_every_binding {
-    ($scenario:ident; $($store:ident),*) => {$(
-        #[allow(non_snake_case)]
-        mod $store {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn memory() {
-                $scenario(Binding::Memory, Store::$store).await;
+/// For each store, a scenario named after it that runs `$scenario` with that store, on every
+/// binding: the tests `<store>::memory`, `<store>::rabbitmq` and `<store>::redis`.
+macro_rules! with_each_store {
+    ($scenario:ident; $($store:ident),*) => {
+        $(
+            async fn $store(broker: &'static TestBroker) {
+                $scenario(broker, Store::$store).await;
             }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rabbitmq() {
-                $scenario(Binding::RabbitMq, Store::$store).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis() {
-                $scenario(Binding::Redis, Store::$store).await;
-            }
-        }
-    )*};
+        )*
+        polyq_testkit::both_brokers!(on memory, rabbitmq, redis; $($store),*);
+    };
 }
 
+#[allow(non_snake_case)]
 mod two_workers_one_effect {
     use super::*;
-    on_every_binding!(two_workers_one_effect; Memory, Redis, Postgres, MemoryClaiming, RedisClaiming, PostgresClaiming);
+    with_each_store!(
+        two_workers_one_effect;
+        Memory, Redis, Postgres, MemoryClaiming, RedisClaiming, PostgresClaiming
+    );
 }
 
+#[allow(non_snake_case)]
 mod concurrent_duplicates_wait_for_the_winner {
     use super::*;
-    on_every_binding!(concurrent_duplicates_wait_for_the_winner; MemoryClaiming, RedisClaiming, PostgresClaiming);
+    with_each_store!(
+        concurrent_duplicates_wait_for_the_winner;
+        MemoryClaiming, RedisClaiming, PostgresClaiming
+    );
 }
 
 mod an_unreachable_store_fails_into_the_retry_path {
+    use polyq_testkit::brokers::{Broker, run};
+
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_on_memory() {
-        an_unreachable_store_fails_into_the_retry_path(Binding::Memory, unreachable_postgres())
-            .await;
+        run(Broker::Memory, |broker| {
+            an_unreachable_store_fails_into_the_retry_path(broker, unreachable_postgres())
+        })
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_on_rabbitmq() {
-        an_unreachable_store_fails_into_the_retry_path(Binding::RabbitMq, unreachable_postgres())
-            .await;
+        run(Broker::RabbitMq, |broker| {
+            an_unreachable_store_fails_into_the_retry_path(broker, unreachable_postgres())
+        })
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_on_redis() {
-        an_unreachable_store_fails_into_the_retry_path(Binding::Redis, unreachable_postgres())
-            .await;
+        run(Broker::Redis, |broker| {
+            an_unreachable_store_fails_into_the_retry_path(broker, unreachable_postgres())
+        })
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_claiming_on_memory() {
-        an_unreachable_store_fails_into_the_retry_path(Binding::Memory, unreachable_redis()).await;
+        run(Broker::Memory, |broker| {
+            an_unreachable_store_fails_into_the_retry_path(broker, unreachable_redis())
+        })
+        .await;
     }
 }

@@ -4,21 +4,20 @@
 
 #![cfg(feature = "redis")]
 
-mod every_binding;
 mod runtime_support;
 
 use std::time::Duration;
 
 use babelqueue::Error;
 use babelqueue::worker::Backoff;
-use every_binding::{Binding, Bound};
-use runtime_support::IDLE;
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::{Bound, IDLE};
 use serde_json::json;
 
 const URN: &str = "urn:babel:orders:created";
 
-async fn invalid_worker_options_are_refused(binding: Binding) {
-    let bound = Bound::new(binding).await;
+async fn invalid_worker_options_are_refused(broker: &'static TestBroker) {
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     bound.queue.publish(URN, &json!({"n": 1})).await.unwrap();
     let worker = || {
@@ -62,8 +61,9 @@ async fn invalid_worker_options_are_refused(binding: Binding) {
         .await
         .unwrap();
     assert_eq!(report.succeeded, 1, "{report:?}");
-    bound.cleanup(&[]).await;
 }
 
-on_bindings!(invalid_worker_options_are_refused;
-    memory: Memory, rabbitmq: RabbitMq, redis: Redis, laravel: Laravel);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis, laravel;
+    invalid_worker_options_are_refused
+);

@@ -5,14 +5,13 @@
 
 #![cfg(feature = "redis")]
 
-mod every_binding;
 mod runtime_support;
 
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::transport::Transport;
 use babelqueue::worker::{Job, REPLAY_BYPASS_HEADER};
-use every_binding::{Binding, Bound};
-use runtime_support::IDLE;
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::{Bound, IDLE};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -97,8 +96,8 @@ async fn redrive_then_fail(bound: &Bound, bypass: bool) -> Vec<(i64, [Option<Str
     fail_until_dead_lettered(bound, 1).await
 }
 
-async fn headers_survive_retry_dead_letter_and_redrive(binding: Binding) {
-    let bound = Bound::new(binding).await;
+async fn headers_survive_retry_dead_letter_and_redrive(broker: &'static TestBroker) {
+    let bound = Bound::new(broker).await;
     assert!(bound.transport().capabilities().headers);
     bound
         .queue
@@ -123,15 +122,16 @@ async fn headers_survive_retry_dead_letter_and_redrive(binding: Binding) {
         redrive_then_fail(&bound, false).await,
         vec![(0, expected(false))]
     );
-    bound.cleanup(&[]).await;
 }
 
-on_bindings!(headers_survive_retry_dead_letter_and_redrive;
-    memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis;
+    headers_survive_retry_dead_letter_and_redrive
+);
 
 /// Poison and version-gated bodies keep their headers on the dead-letter queue too.
-async fn poison_keeps_its_headers(binding: Binding) {
-    let bound = Bound::new(binding).await;
+async fn poison_keeps_its_headers(broker: &'static TestBroker) {
+    let bound = Bound::new(broker).await;
     bound
         .transport()
         .publish(bound.name(), "{\"job\":".into(), &headers(true))
@@ -140,7 +140,6 @@ async fn poison_keeps_its_headers(binding: Binding) {
     let report = bound.queue.worker().consume(1, IDLE).await.unwrap();
     assert_eq!(report.dead_lettered, 1, "{report:?}");
     assert_eq!(dead_lettered_headers(&bound).await, expected(true));
-    bound.cleanup(&[]).await;
 }
 
-on_bindings!(poison_keeps_its_headers; memory: Memory, rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(on memory, rabbitmq, redis; poison_keeps_its_headers);

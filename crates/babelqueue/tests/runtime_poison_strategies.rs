@@ -4,13 +4,12 @@
 
 #![cfg(feature = "redis")]
 
-mod every_binding;
 mod runtime_support;
 
 use babelqueue::transport::Transport;
 use babelqueue::worker::UnknownUrn;
-use every_binding::{Binding, Bound};
-use runtime_support::IDLE;
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::{Bound, IDLE};
 
 /// Not JSON, and not UTF-8: the record keeps the first as text, the second in base64.
 const POISON: [(&[u8], &str, Option<&str>); 2] = [
@@ -18,8 +17,8 @@ const POISON: [(&[u8], &str, Option<&str>); 2] = [
     (b"\xff\xfe", "//4=", Some("base64")),
 ];
 
-async fn poison_is_dead_lettered_whatever_the_strategy(binding: Binding) {
-    let bound = Bound::new(binding).await;
+async fn poison_is_dead_lettered_whatever_the_strategy(broker: &'static TestBroker) {
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
     let dlq = bound.transport().dead_letter_queue(&queue);
     for strategy in [
@@ -61,8 +60,9 @@ async fn poison_is_dead_lettered_whatever_the_strategy(binding: Binding) {
         }
     }
     assert_eq!(bound.depth(&dlq).await, 0);
-    bound.cleanup(&[]).await;
 }
 
-on_bindings!(poison_is_dead_lettered_whatever_the_strategy;
-    memory: Memory, rabbitmq: RabbitMq, redis: Redis, laravel: Laravel);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis, laravel;
+    poison_is_dead_lettered_whatever_the_strategy
+);

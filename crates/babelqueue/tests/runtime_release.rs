@@ -6,17 +6,17 @@
 
 #![cfg(feature = "redis")]
 
-mod every_binding;
 mod runtime_support;
 
 use std::time::Duration;
 
 use babelqueue::transport::{ConnectOptions, Transport};
-use every_binding::{Binding, Bound};
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::Bound;
 
-async fn zero_delay_release_goes_behind_the_next_job(binding: Binding) {
+async fn zero_delay_release_goes_behind_the_next_job(broker: &'static TestBroker) {
     // One delivery in flight at a time, so what comes next is what the broker hands out next.
-    let bound = Bound::with(binding, ConnectOptions::default().prefetch(1)).await;
+    let bound = Bound::with(broker, ConnectOptions::default().prefetch(1)).await;
     let queue = bound.name().to_owned();
     let transport = bound.transport();
     for body in ["{\"first\":1}", "{\"second\":2}"] {
@@ -45,8 +45,9 @@ async fn zero_delay_release_goes_behind_the_next_job(binding: Binding) {
     assert_eq!(again.headers, first.headers, "released with its headers");
     transport.unsubscribe(&queue).await.unwrap();
     assert_eq!(bound.depth(&queue).await, 0);
-    bound.cleanup(&[]).await;
 }
 
-on_bindings!(zero_delay_release_goes_behind_the_next_job;
-    memory: Memory, rabbitmq: RabbitMq, redis: Redis, laravel: Laravel);
+polyq_testkit::both_brokers!(
+    on memory, rabbitmq, redis, laravel;
+    zero_delay_release_goes_behind_the_next_job
+);

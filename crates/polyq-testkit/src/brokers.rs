@@ -1,11 +1,11 @@
 //! One test scenario, run on each broker: the embedded one (`memory://`) and RabbitMQ, and
-//! Redis where the scenario speaks BabelQueue.
+//! Redis (in either of BabelQueue's key layouts) where the scenario speaks BabelQueue.
 //!
 //! A scenario is an async function taking a `&'static` fixture. [`run`] sets the fixture up on a
 //! fresh broker URL, runs the scenario, and removes what the scenario declared even when it
 //! panicked, then lets the panic fail the test. [`both_brokers!`](crate::both_brokers) makes one
 //! test per broker for each scenario, named `<scenario>::memory` and `<scenario>::rabbitmq`
-//! (and `<scenario>::redis` where asked).
+//! (and `<scenario>::redis`, `<scenario>::laravel` where asked).
 //!
 //! ```ignore
 //! async fn round_trip(broker: &'static TestBroker) {
@@ -32,6 +32,9 @@ pub enum Broker {
     RabbitMq,
     /// The Redis of `POLYQ_REDIS_URL` (see [`redis_url`](crate::redis_url)), shared likewise.
     Redis,
+    /// The same Redis, for a scenario to use in Laravel's key layout: the scenario's binding
+    /// reads [`TestBroker::kind`] to choose the layout, as this crate knows no binding.
+    RedisLaravel,
 }
 
 impl Broker {
@@ -45,7 +48,7 @@ impl Broker {
         match self {
             Self::Memory => format!("memory://{}", crate::unique_name("polyq-test")),
             Self::RabbitMq => crate::amqp_url(),
-            Self::Redis => crate::redis_url(),
+            Self::Redis | Self::RedisLaravel => crate::redis_url(),
         }
     }
 }
@@ -54,6 +57,7 @@ impl Broker {
 /// closed when the test ends, whether it passed or not.
 #[derive(Debug)]
 pub struct TestBroker {
+    kind: Broker,
     url: String,
     queues: Mutex<Vec<String>>,
     exchanges: Mutex<Vec<String>>,
@@ -61,14 +65,23 @@ pub struct TestBroker {
 }
 
 impl TestBroker {
-    /// A record for the broker at `url` with nothing declared yet.
-    pub fn new(url: impl Into<String>) -> Self {
+    /// A record for a fresh URL of `kind` (see [`Broker::url`]) with nothing declared yet.
+    ///
+    /// # Panics
+    /// When the server cannot be reached.
+    pub fn new(kind: Broker) -> Self {
         Self {
-            url: url.into(),
+            kind,
+            url: kind.url(),
             queues: Mutex::default(),
             exchanges: Mutex::default(),
             clients: Mutex::default(),
         }
+    }
+
+    /// Which broker this is.
+    pub fn kind(&self) -> Broker {
+        self.kind
     }
 
     /// The broker's URL.
@@ -228,7 +241,7 @@ where
     F: FnOnce(&'static Fx) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let fixture: &'static Fx = Box::leak(Box::new(Fx::set_up(TestBroker::new(broker.url())).await));
+    let fixture: &'static Fx = Box::leak(Box::new(Fx::set_up(TestBroker::new(broker)).await));
     let outcome = AssertUnwindSafe(scenario(fixture)).catch_unwind().await;
     fixture.tear_down().await;
     fixture.broker().clean_up().await;
@@ -238,8 +251,8 @@ where
 }
 
 /// Makes, for each scenario `async fn name(fixture: &'static F)` (any [`Fixture`] `F`), the tests
-/// `name::memory` and `name::rabbitmq` (and `name::redis` when asked), each running it through
-/// [`run`](crate::brokers::run).
+/// `name::memory` and `name::rabbitmq` (and `name::redis`, `name::laravel` when asked), each
+/// running it through [`run`](crate::brokers::run).
 ///
 /// - `both_brokers!(a, b)`: multi-threaded tokio tests (two workers, as handlers run beside the
 ///   scenario).
@@ -250,40 +263,50 @@ where
 ///   that need a real RabbitMQ (a peer in another language, say).
 /// - `both_brokers!(#[tokio::test] and redis if feature = "redis"; a, b)`: a Redis test as
 ///   well, where the predicate holds, for scenarios that run on any BabelQueue binding.
+/// - `both_brokers!(on memory, rabbitmq, redis, laravel; a, b)` (with or without a test
+///   attribute first): the tests of the brokers named, any of these four, for scenarios that run
+///   on some of BabelQueue's bindings ([`Broker::RedisLaravel`] for `laravel`).
 #[macro_export]
 macro_rules! both_brokers {
-    (@each #[$test:meta] $memory:tt $rabbitmq:tt $redis:tt $($scenario:ident),+) => {$(
-        mod $scenario {
-            #$memory
-            #[$test]
-            async fn memory() {
-                $crate::brokers::run($crate::brokers::Broker::Memory, super::$scenario).await;
-            }
-
-            #$rabbitmq
-            #[$test]
-            async fn rabbitmq() {
-                $crate::brokers::run($crate::brokers::Broker::RabbitMq, super::$scenario).await;
-            }
-
-            #$redis
-            #[$test]
-            async fn redis() {
-                $crate::brokers::run($crate::brokers::Broker::Redis, super::$scenario).await;
-            }
-        }
+    (@each #[$test:meta] $brokers:tt $($scenario:ident),+) => {$(
+        $crate::both_brokers!(@scenario #[$test] $brokers $scenario);
     )+};
+    (@scenario #[$test:meta] [$($(#[$cfg:meta])? $broker:ident),+] $scenario:ident) => {
+        mod $scenario {
+            $(
+                $(#[$cfg])?
+                #[$test]
+                async fn $broker() {
+                    $crate::brokers::run($crate::both_brokers!(@kind $broker), super::$scenario)
+                        .await;
+                }
+            )+
+        }
+    };
+    (@kind memory) => { $crate::brokers::Broker::Memory };
+    (@kind rabbitmq) => { $crate::brokers::Broker::RabbitMq };
+    (@kind redis) => { $crate::brokers::Broker::Redis };
+    (@kind laravel) => { $crate::brokers::Broker::RedisLaravel };
     (#[$test:meta] rabbitmq if $cfg:meta; $($scenario:ident),+ $(,)?) => {
-        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg($cfg)] [cfg(any())] $($scenario),+);
+        $crate::both_brokers!(@each #[$test] [memory, #[cfg($cfg)] rabbitmq] $($scenario),+);
     };
     (#[$test:meta] rabbitmq only; $($scenario:ident),+ $(,)?) => {
-        $crate::both_brokers!(@each #[$test] [cfg(any())] [cfg(all())] [cfg(any())] $($scenario),+);
+        $crate::both_brokers!(@each #[$test] [rabbitmq] $($scenario),+);
     };
     (#[$test:meta] and redis if $cfg:meta; $($scenario:ident),+ $(,)?) => {
-        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg(all())] [cfg($cfg)] $($scenario),+);
+        $crate::both_brokers!(@each #[$test] [memory, rabbitmq, #[cfg($cfg)] redis] $($scenario),+);
+    };
+    (#[$test:meta] on $($broker:ident),+; $($scenario:ident),+ $(,)?) => {
+        $crate::both_brokers!(@each #[$test] [$($broker),+] $($scenario),+);
+    };
+    (on $($broker:ident),+; $($scenario:ident),+ $(,)?) => {
+        $crate::both_brokers!(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            on $($broker),+; $($scenario),+
+        );
     };
     (#[$test:meta] $($scenario:ident),+ $(,)?) => {
-        $crate::both_brokers!(@each #[$test] [cfg(all())] [cfg(all())] [cfg(any())] $($scenario),+);
+        $crate::both_brokers!(@each #[$test] [memory, rabbitmq] $($scenario),+);
     };
     ($($scenario:ident),+ $(,)?) => {
         $crate::both_brokers!(

@@ -1,16 +1,20 @@
-//! What the runtime tests share: a scene on the test's broker, whose queues are removed at the
-//! end of the test even when it fails (the harness is `polyq_testkit::brokers`).
+//! What the runtime tests share: a scene on the test's broker, and a queue on the test's
+//! binding, whose queues are removed at the end of the test even when it fails (the harness is
+//! `polyq_testkit::brokers`).
 
 #![allow(dead_code)]
 
 use std::time::Duration;
 
 use babelqueue::BabelQueue;
-use babelqueue::transport::{Capabilities, Health, Reserved, Transport};
+use babelqueue::transport::{
+    AnyReceipt, AnyTransport, Capabilities, ConnectOptions, Health, RedisLayout, Reserved,
+    Transport,
+};
 use babelqueue::worker::Job;
 use bytes::Bytes;
 use polyq_amqp::{Client, Delivery, OutgoingMessage, Properties};
-use polyq_testkit::brokers::TestBroker;
+use polyq_testkit::brokers::{Broker, TestBroker};
 use tokio::sync::mpsc;
 
 /// Upper bound for anything awaited in a test.
@@ -106,6 +110,77 @@ impl Scene {
                 String::from_utf8_lossy(&delivery.body)
             );
         }
+    }
+}
+
+/// A queue with a unique name on the test's binding (`memory://`, RabbitMQ, or Redis in the
+/// layout the broker's kind names), looked at only through the `Transport` trait, so the same
+/// assertions hold on every binding. Its queues (RabbitMQ) or keys (Redis) are removed, and its
+/// connection closed, when the test ends.
+pub struct Bound {
+    pub queue: BabelQueue,
+}
+
+impl Bound {
+    /// A fresh queue on `broker` with default options.
+    pub async fn new(broker: &'static TestBroker) -> Self {
+        Self::with(broker, ConnectOptions::default()).await
+    }
+
+    /// A fresh queue on `broker` with `options` (the Redis layout is set from the broker's
+    /// kind).
+    pub async fn with(broker: &'static TestBroker, options: ConnectOptions) -> Self {
+        // On Redis every key whose name holds the queue's goes: its dead-letter list too.
+        let name = broker.remember_queue(broker.name("bq-bind"));
+        let layout = if broker.kind() == Broker::RedisLaravel {
+            RedisLayout::Laravel
+        } else {
+            RedisLayout::Default
+        };
+        let queue = BabelQueue::builder(broker.url())
+            .queue(&name)
+            .options(options.redis_layout(layout))
+            .connect()
+            .await
+            .unwrap();
+        if let AnyTransport::Amqp(amqp) = &**queue.transport() {
+            broker.remember_queue(amqp.dead_letter_queue(&name));
+            broker.close_at_end(amqp.client().clone());
+        }
+        Self { queue }
+    }
+
+    /// Options whose Redis dead-letter suffix is `suffix`.
+    #[cfg(feature = "redis")]
+    pub fn dlq_suffix(suffix: &str) -> ConnectOptions {
+        ConnectOptions::default()
+            .redis(babelqueue::transport::redis::RedisOptions::new().dlq_suffix(suffix))
+    }
+
+    pub fn name(&self) -> &str {
+        self.queue.queue()
+    }
+
+    pub fn transport(&self) -> &AnyTransport {
+        self.queue.transport()
+    }
+
+    /// Takes the next message of `queue`, waiting up to [`PATIENCE`]; the caller settles it.
+    pub async fn take(&self, queue: &str) -> Reserved<AnyReceipt> {
+        let taken = self.transport().reserve(queue, PATIENCE).await.unwrap();
+        taken.unwrap_or_else(|| panic!("no message arrived on {queue} within {PATIENCE:?}"))
+    }
+
+    /// Takes the next message of `queue` and acknowledges it.
+    pub async fn take_and_ack(&self, queue: &str) -> Reserved<AnyReceipt> {
+        let taken = self.take(queue).await;
+        self.transport().ack(&taken.receipt).await.unwrap();
+        taken
+    }
+
+    /// How many messages `queue` holds ready.
+    pub async fn depth(&self, queue: &str) -> u64 {
+        self.transport().depth(queue).await.unwrap()
     }
 }
 
