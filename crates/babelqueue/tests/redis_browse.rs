@@ -1,5 +1,5 @@
-//! Reading a Redis dead-letter queue without taking anything, removing one value, and finding
-//! the dead-letter queues of both layouts, against the real server.
+//! Reading a Redis dead-letter queue without taking anything, removing one value and a selection
+//! of thousands, and finding the dead-letter queues of both layouts, against the real server.
 
 #![cfg(feature = "redis")]
 
@@ -50,8 +50,8 @@ async fn the_default_layout_is_browsed_in_order_and_a_value_removed() {
     assert!(transport.browse(&dlq, Some(0)).await.unwrap().is_empty());
     assert_eq!(transport.depth(&dlq).await.unwrap(), 51);
 
-    assert!(transport.remove(&dlq, &sent[7]).await.unwrap());
-    assert!(!transport.remove(&dlq, &sent[7]).await.unwrap());
+    assert_eq!(transport.remove_all(&dlq, &[&sent[7]]).await.unwrap(), 1);
+    assert_eq!(transport.remove_all(&dlq, &[&sent[7]]).await.unwrap(), 0);
     let left = transport.browse(&dlq, None).await.unwrap();
     let expected: Vec<Bytes> = sent
         .iter()
@@ -69,6 +69,94 @@ async fn the_default_layout_is_browsed_in_order_and_a_value_removed() {
     assert_eq!(transport.purge(&dlq).await.unwrap(), 50);
     assert_eq!(transport.depth(&dlq).await.unwrap(), 0);
     assert_eq!(transport.purge(&dlq).await.unwrap(), 0);
+}
+
+/// What is left of `list` once each of `removed` has taken the first equal value from the head.
+fn without(list: &[Bytes], removed: &[Bytes]) -> Vec<Bytes> {
+    let mut wanted = removed.to_vec();
+    list.iter()
+        .filter(|value| {
+            let Some(at) = wanted.iter().position(|w| w == *value) else {
+                return true;
+            };
+            wanted.swap_remove(at);
+            false
+        })
+        .cloned()
+        .collect()
+}
+
+/// Thousands of values, some stored twice (equal bytes); a selection of a third of them with
+/// one copy of each twin, one value no longer there, and a copy pushed after the selection was
+/// read. Each value given takes one equal value from the head and no more, the rest keep their
+/// order, and the copy pushed later stays.
+async fn a_selection_of_thousands_is_removed_in_one_pass(
+    remove_all: impl AsyncFn(&[Bytes]) -> u64,
+    push: impl AsyncFn(&Bytes),
+    browse: impl AsyncFn() -> Vec<Bytes>,
+) {
+    let mut stored = Vec::new();
+    for (n, body) in bodies(3_000).into_iter().enumerate() {
+        if n % 500 == 0 {
+            stored.push(body.clone());
+        }
+        stored.push(body);
+    }
+    for value in &stored {
+        push(value).await;
+    }
+    let mut selected: Vec<Bytes> = bodies(3_000).into_iter().step_by(3).collect();
+    selected.push(Bytes::from_static(b"{\"job\":\"urn:babel:t:gone\"}"));
+    // Pushed after the selection was read: equal to a selected value, behind its original.
+    push(&selected[1]).await;
+    stored.push(selected[1].clone());
+
+    assert_eq!(remove_all(&selected).await, 1_000);
+    let left = browse().await;
+    assert_eq!(left.len(), stored.len() - 1_000);
+    assert_eq!(left, without(&stored, &selected));
+    assert_eq!(left.last(), Some(&selected[1]), "the later copy stays");
+    let twins = left.iter().filter(|value| **value == stored[0]).count();
+    assert_eq!(twins, 1, "one copy of a twin given once is removed");
+    assert_eq!(remove_all(&[]).await, 0);
+}
+
+#[tokio::test]
+async fn a_selection_of_thousands_leaves_the_rest_in_order_on_the_default_layout() {
+    let url = polyq_testkit::redis_url();
+    let dlq = format!("{}.dlq", polyq_testkit::unique_name("bq-remove-default"));
+    let _keys = Keys {
+        url: url.clone(),
+        pattern: format!("{dlq}*"),
+    };
+    let transport = RedisTransport::connect(&url, RedisOptions::new())
+        .await
+        .unwrap();
+    a_selection_of_thousands_is_removed_in_one_pass(
+        async |selected| transport.remove_all(&dlq, selected).await.unwrap(),
+        async |value| transport.push_stored(&dlq, value).await.unwrap(),
+        async || transport.browse(&dlq, None).await.unwrap(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_selection_of_thousands_leaves_the_rest_in_order_on_the_laravel_layout() {
+    let url = polyq_testkit::redis_url();
+    let dlq = format!("{}.dlq", polyq_testkit::unique_name("bq-remove-laravel"));
+    let laravel = LaravelTransport::connect(&url, RedisOptions::new())
+        .await
+        .unwrap();
+    let _keys = Keys {
+        url: url.clone(),
+        pattern: format!("{}*", laravel.key(&dlq)),
+    };
+    a_selection_of_thousands_is_removed_in_one_pass(
+        async |selected| laravel.remove_all(&dlq, selected).await.unwrap(),
+        async |value| laravel.publish(&dlq, value.clone(), &[]).await.unwrap(),
+        async || laravel.browse(&dlq, None).await.unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -91,7 +179,7 @@ async fn the_laravel_layout_is_browsed_and_its_dead_letter_queues_found_apart() 
         laravel.publish(&dlq, body.clone(), &[]).await.unwrap();
     }
     assert_eq!(laravel.browse(&dlq, None).await.unwrap(), sent);
-    assert!(laravel.remove(&dlq, &sent[0]).await.unwrap());
+    assert_eq!(laravel.remove_all(&dlq, &[&sent[0]]).await.unwrap(), 1);
     assert_eq!(laravel.browse(&dlq, None).await.unwrap(), &sent[1..]);
     assert_eq!(laravel.purge(&dlq).await.unwrap(), 9);
     assert!(laravel.browse(&dlq, None).await.unwrap().is_empty());

@@ -540,3 +540,54 @@ async fn babelqueue_dead_letters_on_redis_default_layout() {
 async fn babelqueue_dead_letters_on_redis_laravel_layout() {
     redis_dead_letters_round_trip("laravel", "queues:").await;
 }
+
+/// `dlq delete` of a thousand messages from a Redis dead-letter list of three thousand: exactly
+/// the selected ones go, the others stay byte for byte in their order.
+async fn a_large_selection_is_deleted_from_redis(layout: &str, key_prefix: &str) {
+    let url = polyq_testkit::redis_url();
+    let queue = polyq_testkit::unique_name(&format!("polyq-dlq-delete-{layout}"));
+    let dlq = format!("{queue}.dlq");
+    let key = format!("{key_prefix}{dlq}");
+    let redis = redis::Client::open(url.as_str()).unwrap();
+    let mut raw = redis.get_multiplexed_async_connection().await.unwrap();
+    let jobs: Vec<String> = (0..3_000)
+        .map(|n| {
+            let error = if n % 3 == 1 {
+                format!("timeout talking to the bank, order {n}")
+            } else {
+                format!("no stock for sku-{n}")
+            };
+            dead_lettered(&queue, n, &error).1
+        })
+        .collect();
+    redis::cmd("RPUSH")
+        .arg(&key)
+        .arg(&jobs)
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+
+    let deleted = run(&[
+        "dlq", "delete", "--url", &url, "--layout", layout, "--queue", &dlq, "--error", "timeout",
+    ]);
+    assert_eq!(deleted[0]["deleted"], 1_000, "{deleted:?}");
+    let kept: Vec<String> = jobs
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| n % 3 != 1)
+        .map(|(_, job)| job.clone())
+        .collect();
+    assert_eq!(list(&mut raw, &key).await, kept);
+
+    common::remove(&url, &queue).await;
+}
+
+#[tokio::test]
+async fn a_large_selection_is_deleted_from_redis_default_layout() {
+    a_large_selection_is_deleted_from_redis("default", "").await;
+}
+
+#[tokio::test]
+async fn a_large_selection_is_deleted_from_redis_laravel_layout() {
+    a_large_selection_is_deleted_from_redis("laravel", "queues:").await;
+}

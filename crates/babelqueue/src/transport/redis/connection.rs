@@ -309,15 +309,25 @@ impl Connection {
         Ok(values.into_iter().map(bytes::Bytes::from).collect())
     }
 
-    /// Removes the first value equal to `value` from the list `key` (`LREM 1`); `false` when
-    /// the list holds none.
-    pub(super) async fn list_remove(&self, key: &str, value: &[u8]) -> crate::Result<bool> {
-        let removed: i64 = self
-            .query(redis::cmd("LREM").arg(key).arg(1).arg(value), || {
-                format!("remove a value from {key:?}")
-            })
-            .await?;
-        Ok(removed > 0)
+    /// Removes each of `values` once from the list `key`, in one pass over it (see
+    /// [`LIST_REMOVE_ALL`](super::scripts::LIST_REMOVE_ALL)); answers how many went.
+    pub(super) async fn list_remove_all(
+        &self,
+        key: &str,
+        values: &[impl AsRef<[u8]>],
+    ) -> crate::Result<u64> {
+        if values.is_empty() {
+            return Ok(0);
+        }
+        let mut remove = Call::new(&super::scripts::LIST_REMOVE_ALL);
+        remove.key(key);
+        for value in values {
+            remove.arg(value.as_ref());
+        }
+        self.invoke_durable(&remove, || {
+            format!("remove {} values from {key:?}", values.len())
+        })
+        .await
     }
 
     /// Deletes the list `key` and answers how many values it held, in one step.

@@ -213,10 +213,12 @@ impl RedisTransport {
         self.inner.connection.list_head(queue, limit).await
     }
 
-    /// Removes one stored value equal to `stored` from `queue` (`LREM 1`), as
-    /// [`browse`](Self::browse) returned it; `false` when the queue holds none any more.
-    pub async fn remove(&self, queue: &str, stored: &[u8]) -> crate::Result<bool> {
-        self.inner.connection.list_remove(queue, stored).await
+    /// Removes each of the stored values `stored` once from `queue`, as
+    /// [`browse`](Self::browse) returned them, in one atomic pass over the queue however many
+    /// there are: a value given `n` times takes the first `n` equal ones from the head and no
+    /// more. Answers how many went: fewer when the queue holds some no longer.
+    pub async fn remove_all(&self, queue: &str, stored: &[impl AsRef<[u8]>]) -> crate::Result<u64> {
+        self.inner.connection.list_remove_all(queue, stored).await
     }
 
     /// Appends a stored value to `queue` byte for byte (`RPUSH`), frame and all, as

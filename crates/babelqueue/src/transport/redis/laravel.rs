@@ -156,12 +156,14 @@ impl LaravelTransport {
             .await
     }
 
-    /// Removes one job equal to `job` from `queue`'s ready list (`LREM 1`), as
-    /// [`browse`](Self::browse) returned it; `false` when the list holds none any more.
-    pub async fn remove(&self, queue: &str, job: &[u8]) -> crate::Result<bool> {
+    /// Removes each of `jobs` once from `queue`'s ready list, as [`browse`](Self::browse)
+    /// returned them, in one atomic pass over the list however many there are: a job given `n`
+    /// times takes the first `n` equal ones from the head and no more. Answers how many went:
+    /// fewer when the list holds some no longer.
+    pub async fn remove_all(&self, queue: &str, jobs: &[impl AsRef<[u8]>]) -> crate::Result<u64> {
         self.inner
             .connection
-            .list_remove(&self.key(queue), job)
+            .list_remove_all(&self.key(queue), jobs)
             .await
     }
 

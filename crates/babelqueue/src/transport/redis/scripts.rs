@@ -268,3 +268,45 @@ return moved
 ",
     )
 });
+
+/// Both layouts, removal of a selection from a list in one pass, however long the list: each
+/// value given goes once, the first equal one from the head, so a value given `n` times takes
+/// the first `n` equal ones and never one more. The values behind the first one removed are put
+/// back in their order (a list cannot lose a value from its middle otherwise, and one `LREM` per
+/// value would scan the list once per value). Atomic: a value pushed meanwhile is behind all of
+/// them, and stays.
+///
+/// KEYS: the list. ARGV: the values to remove, one per message. Returns how many went.
+pub(super) static LIST_REMOVE_ALL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local wanted = {}
+for _, value in ipairs(ARGV) do
+    wanted[value] = (wanted[value] or 0) + 1
+end
+local values = redis.call('lrange', KEYS[1], 0, -1)
+local first, behind = nil, {}
+for i, value in ipairs(values) do
+    local left = wanted[value]
+    if left and left > 0 then
+        wanted[value] = left - 1
+        first = first or i
+    elseif first then
+        behind[#behind + 1] = value
+    end
+end
+if not first then
+    return 0
+end
+if first == 1 then
+    redis.call('del', KEYS[1])
+else
+    redis.call('ltrim', KEYS[1], 0, first - 2)
+end
+for i = 1, #behind, 1000 do
+    redis.call('rpush', KEYS[1], unpack(behind, i, math.min(i + 999, #behind)))
+end
+return #values - first + 1 - #behind
+",
+    )
+});

@@ -65,10 +65,10 @@ impl RedisList {
         }
     }
 
-    async fn remove(&self, queue: &str, stored: &[u8]) -> babelqueue::Result<bool> {
+    async fn remove_all(&self, queue: &str, stored: &[bytes::Bytes]) -> babelqueue::Result<u64> {
         match self {
-            Self::Default(redis) => redis.remove(queue, stored).await,
-            Self::Laravel(laravel) => laravel.remove(queue, stored).await,
+            Self::Default(redis) => redis.remove_all(queue, stored).await,
+            Self::Laravel(laravel) => laravel.remove_all(queue, stored).await,
         }
     }
 
@@ -277,14 +277,17 @@ impl Store {
                 Ok(swept.iter().filter(|swept| swept.taken).count() as u64)
             }
             Self::Redis(list) => {
-                let mut removed = 0;
-                for stored in self.read(queue, None).await? {
-                    if select(&stored.message) {
-                        let gone = list.remove(queue, &stored.message.body).await;
-                        removed += u64::from(gone.with_context(context)?);
-                    }
-                }
-                Ok(removed)
+                // One pass over the list for the whole selection, each value removed once.
+                let selected: Vec<bytes::Bytes> = self
+                    .read(queue, None)
+                    .await?
+                    .into_iter()
+                    .filter(|stored| select(&stored.message))
+                    .map(|stored| stored.message.body)
+                    .collect();
+                list.remove_all(queue, &selected)
+                    .await
+                    .with_context(context)
             }
         }
     }
