@@ -445,3 +445,93 @@ async fn without_named_queues_the_overview_shows_what_the_management_api_surveys
     drop(held);
     client.close().await.ok();
 }
+
+/// The management API the AMQP URL implies: its host, on port 15672.
+fn implied_management_api(amqp_url: &str) -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs as _;
+    let authority = amqp_url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .expect("an AMQP URL with a host");
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    let host = host_port
+        .rsplit_once(':')
+        .map_or(host_port, |(host, _)| host);
+    (host, 15672)
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .expect("the host resolves")
+}
+
+#[tokio::test]
+async fn the_overview_surveys_through_the_management_url_given() {
+    let rabbit = Rabbit::new("management-url").await;
+    rabbit.dead_letter("m-1", "boom", "acme", "{}").await;
+    // The API behind a proxy of the test's own: only a console that asks where it is told
+    // reaches it there.
+    let proxy = polyq_testkit::proxy::TcpProxy::start(implied_management_api(&rabbit.url)).await;
+    let management = format!("http://{}", proxy.address());
+    let console = Console::start(&[
+        "--url",
+        &rabbit.url,
+        "--management-url",
+        &management,
+        "--token",
+        TOKEN,
+    ]);
+    let row = format!("<td>{}</td>", rabbit.queue);
+    let overview = || async {
+        http()
+            .get(console.url("/"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+    };
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let page = overview().await.unwrap();
+        if page.contains(&row) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {LIMIT:?}: the queue surveyed through {management} in {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+
+    // With the proxy cut the API no longer answers there: the console was asking it, and now
+    // finds no queues rather than asking the default address.
+    proxy.cut();
+    let refused = proxy.refusals();
+    let page = overview().await.unwrap();
+    assert!(
+        proxy.refusals() > refused,
+        "the console did not ask the proxy"
+    );
+    assert!(!page.contains(&row), "{page}");
+    assert!(page.contains("No queues found"), "{page}");
+}
+
+#[test]
+fn one_management_url_for_several_rabbitmq_brokers_is_refused() {
+    let url = polyq_testkit::amqp_url();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_polyq"))
+        .args(["console", "--url", &url, "--url", &url])
+        .args([
+            "--management-url",
+            "http://127.0.0.1:15672",
+            "--bind",
+            "127.0.0.1:0",
+        ])
+        .env("POLYQ_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--management-url"), "{stderr}");
+    assert!(stderr.contains("2 are given"), "{stderr}");
+}

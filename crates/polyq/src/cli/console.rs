@@ -20,6 +20,7 @@ use anyhow::Context as _;
 use crate::cli::babel::Layout;
 use crate::cli::connect::TlsArgs;
 use crate::cli::dlq::store::{BrokerArgs, Store};
+use crate::cli::estate::{ManagementArgs, is_rabbitmq_url};
 
 /// The `console` command.
 #[derive(Debug, clap::Args)]
@@ -37,6 +38,9 @@ pub(crate) struct Console {
     /// The Redis key layout.
     #[arg(long, value_enum, default_value_t = Layout::Default)]
     layout: Layout,
+    // With one RabbitMQ --url: where its management API answers, for the overview's survey.
+    #[command(flatten)]
+    management: ManagementArgs,
     #[command(flatten)]
     tls: TlsArgs,
     /// Where to listen. Beyond loopback every page needs the token, not only the actions.
@@ -59,6 +63,8 @@ pub(crate) struct Broker {
     pub(crate) label: String,
     pub(crate) args: BrokerArgs,
     pub(crate) store: Store,
+    /// Where its management API answers (RabbitMQ).
+    pub(crate) management: ManagementArgs,
 }
 
 /// What every request handler shares.
@@ -91,14 +97,31 @@ pub(crate) async fn run(console: Console) -> anyhow::Result<ExitCode> {
     if let Some(path) = &console.topology {
         named.extend(crate::cli::dlq::set_aside_queues(path)?);
     }
+    let rabbitmqs = console
+        .urls
+        .iter()
+        .filter(|url| is_rabbitmq_url(url))
+        .count();
+    anyhow::ensure!(
+        console.management.url.is_none() || rabbitmqs == 1,
+        "--management-url is the management API of one RabbitMQ --url (amqp://, amqps://), and \
+         {rabbitmqs} are given: show several RabbitMQ brokers with their default APIs, or one \
+         with --management-url"
+    );
     let mut brokers = Vec::with_capacity(console.urls.len());
     for url in console.urls {
         let args = BrokerArgs::new(url.clone(), console.layout, console.tls.clone());
         let store = Store::open(&args).await?;
+        let management = if is_rabbitmq_url(&url) {
+            console.management.clone()
+        } else {
+            ManagementArgs::default()
+        };
         brokers.push(Broker {
             label: polyq_amqp::redact_url(&url),
             args,
             store,
+            management,
         });
     }
     let metrics = acemq::telemetry::prometheus::install()

@@ -26,7 +26,7 @@ use polyq_amqp::MessageJson;
 use serde_json::Value;
 
 use crate::cli::babel::progress::Counted;
-use crate::cli::estate;
+use crate::cli::estate::{self, ManagementArgs};
 use render::{Output, Progress};
 pub(crate) use row::Family;
 use row::{Row, Selection};
@@ -41,10 +41,8 @@ pub(crate) enum Command {
     List {
         #[command(flatten)]
         broker: BrokerArgs,
-        /// RabbitMQ's management API (default: the AMQP URL's host on port 15672, its
-        /// credentials and vhost; credentials in this URL replace the AMQP URL's).
-        #[arg(long, value_name = "URL")]
-        management_url: Option<String>,
+        #[command(flatten)]
+        management: ManagementArgs,
         /// Only the queues whose names start with this.
         #[arg(long, value_name = "PREFIX")]
         prefix: Option<String>,
@@ -169,7 +167,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List {
             broker,
-            management_url,
+            management,
             prefix,
             mut queues,
             topology,
@@ -182,7 +180,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             if store.is_redis() {
                 queues.extend(store.dead_letter_queues().await?);
             } else if queues.is_empty() {
-                queues = discovered(&broker, management_url.as_deref()).await?;
+                queues = discovered(&broker, &management).await?;
             }
             if let Some(prefix) = &prefix {
                 queues.retain(|queue| queue.starts_with(prefix.as_str()));
@@ -338,13 +336,13 @@ async fn list(store: &Store, mut queues: Vec<String>, output: Output) -> anyhow:
 /// The dead-letter and parked queues RabbitMQ's management API lists.
 async fn discovered(
     broker: &BrokerArgs,
-    management_url: Option<&str>,
+    management: &ManagementArgs,
 ) -> anyhow::Result<Vec<String>> {
     anyhow::ensure!(
         !broker.url.starts_with("memory://"),
         "name the dead-letter queues of memory:// with --queue"
     );
-    let estate = estate::survey(&broker.url, management_url, &broker.tls_options()?)
+    let estate = estate::survey(&broker.url, management, &broker.tls_options()?)
         .await
         .context(
             "cannot find the dead-letter queues: enable RabbitMQ's management API (or pass \

@@ -18,6 +18,20 @@ use serde::Serialize;
 
 use super::dlq::Family;
 
+/// Where RabbitMQ's management API answers: the flag of every command that surveys a broker.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct ManagementArgs {
+    /// RabbitMQ's management API (default: the AMQP URL's host on port 15672, its
+    /// credentials and vhost; credentials in this URL replace the AMQP URL's).
+    #[arg(id = "management_url", long = "management-url", value_name = "URL")]
+    pub(crate) url: Option<String>,
+}
+
+/// Whether `url` is RabbitMQ's (`amqp://`, `amqps://`): the brokers a management API surveys.
+pub(crate) fn is_rabbitmq_url(url: &str) -> bool {
+    url.starts_with("amqp://") || url.starts_with("amqps://")
+}
+
 /// Every queue of both families on one broker (one vhost on RabbitMQ), by name.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Estate {
@@ -93,7 +107,7 @@ impl Estate {
 }
 
 /// Surveys the broker of `url`: on `amqp://` / `amqps://` through the management API
-/// (`management_url`, or the one the AMQP URL implies), on `redis://` / `rediss://` by `SCAN`.
+/// (`management`'s, or the one the AMQP URL implies), on `redis://` / `rediss://` by `SCAN`.
 ///
 /// # Errors
 /// The embedded broker (`memory://`) cannot be surveyed from another process. A failure of the
@@ -102,7 +116,7 @@ impl Estate {
 /// that does not answer (`is_connection()`) from one that refuses.
 pub(crate) async fn survey(
     url: &str,
-    management_url: Option<&str>,
+    management: &ManagementArgs,
     tls: &TlsOptions,
 ) -> anyhow::Result<Estate> {
     let broker = polyq_amqp::redact_url(url);
@@ -110,9 +124,9 @@ pub(crate) async fn survey(
         redis_queues(url, tls)
             .await
             .with_context(|| format!("--url {broker}"))?
-    } else if url.starts_with("amqp://") || url.starts_with("amqps://") {
+    } else if is_rabbitmq_url(url) {
         let mut options = ManagementOptions::new().tls(tls.clone());
-        if let Some(management_url) = management_url {
+        if let Some(management_url) = &management.url {
             options = options.url(management_url);
         }
         let api = Management::new(url, options)?;
@@ -312,7 +326,7 @@ mod tests {
     ) -> QueueOverview {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
-            let estate = survey(url, None, &TlsOptions::default())
+            let estate = survey(url, &ManagementArgs::default(), &TlsOptions::default())
                 .await
                 .expect("a survey");
             assert!(!estate.broker.contains("guest:guest"), "{}", estate.broker);
@@ -405,7 +419,7 @@ mod tests {
             .await
             .unwrap();
 
-        let estate = survey(&url, None, &TlsOptions::default())
+        let estate = survey(&url, &ManagementArgs::default(), &TlsOptions::default())
             .await
             .expect("a survey");
         let find = |name: &str| {

@@ -61,9 +61,8 @@ impl QueueSet {
 /// with `--queue` or `--topology`, read instead of asking the management API.
 pub(crate) async fn queues(broker: &Broker, named: &[String]) -> anyhow::Result<Vec<QueueSet>> {
     let url = &broker.args.url;
-    let amqp = url.starts_with("amqp://") || url.starts_with("amqps://");
-    if amqp && named.is_empty() {
-        match estate::survey(url, None, &broker.args.tls_options()?).await {
+    if estate::is_rabbitmq_url(url) && named.is_empty() {
+        match estate::survey(url, &broker.management, &broker.args.tls_options()?).await {
             Ok(estate) => {
                 return Ok(estate
                     .queues
