@@ -166,10 +166,18 @@ fn bench_dlq_times_every_step_on_both_brokers() {
                         .unwrap_or_else(|e| panic!("{figure:?} is not a number: {e}"))
                 })
                 .collect();
-            // messages, page, read, decode, groups, render, console, console/read, groups
-            assert_eq!(row.len(), 9, "{output}");
+            // messages, page, read, decode, groups, render, console, console/read, groups,
+            // delete, deleted
+            assert_eq!(row.len(), 11, "{output}");
             assert!(row[1..8].iter().all(|figure| *figure >= 0.0), "{output}");
             assert_eq!(row[8], 10.0, "ten error patterns, ten groups: {output}");
+            assert!(row[9] >= 0.0, "{output}");
+            let messages: u64 = count.parse().unwrap();
+            let of_one_pattern = (0..messages).filter(|n| n % 10 == 3).count() as f64;
+            assert_eq!(
+                row[10], of_one_pattern,
+                "the messages 3, 13, 23, ... of one pattern deleted: {output}"
+            );
         }
     }
 }

@@ -1,9 +1,10 @@
-//! `polyq bench dlq`: what a dead-letter queue costs `polyq dlq show` / `groups` and a page of
-//! the console on a large queue, in one run: a page read alone (only its messages taken), the
-//! non-consuming read of the whole queue (the floor any full display pays), the read messages
-//! decoded into rows, their fingerprint groups, and the console page rendered. The queue is
-//! filled to each size in turn (AceMQ messages on RabbitMQ, BabelQueue jobs on Redis, ten error
-//! patterns), measured, and removed at the end.
+//! `polyq bench dlq`: what a dead-letter queue costs `polyq dlq show` / `groups` / `delete` and a
+//! page of the console on a large queue, in one run: a page read alone (only its messages taken),
+//! the non-consuming read of the whole queue (the floor any full display pays), the read messages
+//! decoded into rows, their fingerprint groups, the console page rendered, and the delete of one
+//! error pattern in ten (as `polyq dlq delete --error`). The queue is filled to each size in turn
+//! (AceMQ messages on RabbitMQ, BabelQueue jobs on Redis, ten error patterns), measured, and
+//! removed at the end.
 
 use std::time::{Duration, Instant};
 
@@ -15,8 +16,8 @@ use polyq_amqp::{Client, FieldValue, MessageJson, OutgoingMessage, Properties, P
 use crate::cli::console::pages;
 use crate::cli::dlq::render;
 use crate::cli::dlq::row::{Row, Selection};
-use crate::cli::dlq::selected_of;
 use crate::cli::dlq::store::{BrokerArgs, Store};
+use crate::cli::dlq::{delete, selected, selected_of};
 
 /// Publishes awaiting their confirm at most while filling a RabbitMQ queue.
 const WINDOW: usize = 1_000;
@@ -69,7 +70,7 @@ pub(crate) async fn run(mut args: DlqArgs) -> anyhow::Result<()> {
     );
     println!(
         "messages  page ms  read ms  decode ms  groups ms  render ms  console ms  console/read  \
-         groups"
+         groups  delete ms  deleted"
     );
     let outcome = measure(&args, &store, &dlq).await;
     let purged = store.purge(&dlq).await;
@@ -113,16 +114,18 @@ async fn measure(args: &DlqArgs, store: &Store, dlq: &str) -> anyhow::Result<()>
             median(|r| r.render),
         );
         let console = read + rows + groups + render;
+        let (deleted, delete_time) = delete_one_pattern(store, dlq).await?;
         println!(
             "{size:>8}  {:>7.1}  {:>7.1}  {:>9.1}  {:>9.1}  {:>9.1}  {:>10.1}  {:>12.2}  \
-             {group_count:>6}",
+             {group_count:>6}  {:>9.1}  {deleted:>7}",
             ms(page),
             ms(read),
             ms(rows),
             ms(groups),
             ms(render),
             ms(console),
-            console.as_secs_f64() / read.as_secs_f64()
+            console.as_secs_f64() / read.as_secs_f64(),
+            ms(delete_time),
         );
     }
     Ok(())
@@ -186,6 +189,31 @@ async fn round(store: &Store, dlq: &str, size: u64, page: u64) -> anyhow::Result
         render,
     };
     Ok((round, groups.len()))
+}
+
+/// Deletes the messages of one error pattern in ten, as `polyq dlq delete --error` does, timed,
+/// then puts the same messages back (at the tail) so that the queue keeps its size and contents;
+/// answers how many went and how long the delete took.
+async fn delete_one_pattern(store: &Store, dlq: &str) -> anyhow::Result<(u64, Duration)> {
+    let selection = Selection {
+        error: Some("ValueError3:".to_owned()),
+        ..Selection::default()
+    };
+    let doomed: Vec<MessageJson> = selected(store, dlq, &selection)
+        .await?
+        .into_iter()
+        .map(|row| row.message)
+        .collect();
+    let start = Instant::now();
+    let deleted = delete(store, dlq, &selection).await?;
+    let took = start.elapsed();
+    anyhow::ensure!(
+        deleted == doomed.len() as u64,
+        "deleted {deleted} of the {} selected",
+        doomed.len()
+    );
+    store.push(dlq, &doomed, || {}).await?;
+    Ok((deleted, took))
 }
 
 /// Tops `dlq` up from `from` to `to` messages, dead-lettered as each family does it.
