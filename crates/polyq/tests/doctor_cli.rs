@@ -482,9 +482,74 @@ async fn without_queue_names_every_redis_queue_of_either_layout_is_examined() {
 }
 
 #[test]
-fn rabbitmq_needs_queue_names() {
+fn without_queue_names_or_the_management_api_the_error_says_to_name_them() {
     let url = polyq_testkit::amqp_url();
-    let output = polyq(&["doctor", "--url", &url]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    let management = format!("http://guest:hidden-word@127.0.0.1:{port}");
+    let output = polyq(&["doctor", "--url", &url, "--management-url", &management]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--queue"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--queue"), "{stderr}");
+    assert!(stderr.contains("management API"), "{stderr}");
+    assert!(!stderr.contains("hidden-word"), "{stderr}");
+}
+
+#[tokio::test]
+async fn without_a_queue_the_family_s_queues_are_found_through_the_management_api() {
+    let url = polyq_testkit::amqp_url();
+    let client = client().await;
+    let prefix = unique_name("doctor.survey");
+    let (clean, broken, plain) = (
+        format!("{prefix}.clean"),
+        format!("{prefix}.broken"),
+        format!("{prefix}.plain"),
+    );
+    let mut declared = complete_acemq_topology(&client, &clean).await;
+    declared.extend(
+        plant(
+            &client,
+            Topology::new().queue(SourceQueue::new(&broken).with_dead_letter()),
+        )
+        .await,
+    );
+    client.delete_queue(&format!("{broken}.dlq")).await.unwrap();
+    // Of neither family: not examined as AceMQ's.
+    client.declare_queue(&QueueSpec::new(&plain)).await.unwrap();
+    declared.push(plain.clone());
+
+    // The API lists a queue once its declaration is recorded: polled, so a slow node is
+    // waited for rather than failed.
+    let args = ["--prefix", prefix.as_str(), "--policy", POLICY];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (findings, ok) = loop {
+        let (findings, ok) = doctor(&url, &args);
+        if !findings.is_empty() || std::time::Instant::now() > deadline {
+            break (findings, ok);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    delete(&client, &declared).await;
+
+    let nowhere = of_rule(&findings, "acemq/dead-letter-nowhere");
+    assert_eq!(nowhere.len(), 1, "{findings:?}");
+    assert!(
+        nowhere[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{broken}.dlq"))
+    );
+    assert_eq!(
+        of_rule(&findings, "acemq/rung-missing").len(),
+        3,
+        "{findings:?}"
+    );
+    assert_eq!(rules(&findings).len(), 2, "{findings:?}");
+    for finding in &findings {
+        let text = finding.to_string();
+        assert!(text.contains(&broken), "only the broken queue: {finding}");
+    }
+    assert!(!ok);
 }

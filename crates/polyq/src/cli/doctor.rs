@@ -16,6 +16,7 @@ use clap::ValueEnum;
 use polyq_amqp::{Client, Error as AmqpError, MessageJson};
 
 use super::connect::TlsArgs;
+use super::estate::{self, ManagementArgs};
 
 /// `polyq doctor` arguments.
 #[derive(Debug, clap::Args)]
@@ -23,10 +24,16 @@ pub(crate) struct Doctor {
     /// The broker: amqp://, amqps:// (RabbitMQ) or redis:// (BabelQueue, both key layouts).
     #[arg(long)]
     url: String,
-    /// A queue to examine; repeat for more. Required on RabbitMQ (AMQP 0-9-1 cannot list
-    /// queues); on Redis every queue of either layout is examined without it.
+    /// A queue to examine; repeat for more. Without it: on RabbitMQ the family's source queues
+    /// the management API lists (AceMQ's by their topology, BabelQueue's by their `.dlq`); on
+    /// Redis every queue of either layout.
     #[arg(long = "queue", value_name = "QUEUE")]
     queues: Vec<String>,
+    /// Without --queue, only the queues found whose names start with this.
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<String>,
+    #[command(flatten)]
+    management: ManagementArgs,
     /// On RabbitMQ, whose contract the queues follow. Redis queues are BabelQueue's.
     #[arg(long, value_enum, default_value_t = Family::Acemq)]
     family: Family,
@@ -96,23 +103,56 @@ async fn amqp_findings(
     doctor: &Doctor,
     policy: Option<&RetryPolicy>,
 ) -> anyhow::Result<Vec<Finding>> {
-    anyhow::ensure!(
-        !doctor.queues.is_empty(),
-        "name the queues with --queue: AMQP 0-9-1 cannot list a broker's queues"
-    );
+    let queues = if doctor.queues.is_empty() {
+        surveyed(doctor).await?
+    } else {
+        doctor.queues.clone()
+    };
     let client = connect(doctor).await?;
-    let found = amqp_queues(&client, doctor, policy).await;
+    let found = amqp_queues(&client, doctor, &queues, policy).await;
     client.close().await.ok();
     found
+}
+
+/// The source queues of the doctor's family that RabbitMQ's management API lists (the survey of
+/// `polyq dlq list`): AceMQ's where the broker shows its topology (a parked queue, a rung,
+/// `acemq.dlx`), BabelQueue's the others with a dead-letter queue.
+async fn surveyed(doctor: &Doctor) -> anyhow::Result<Vec<String>> {
+    let estate = estate::survey(&doctor.url, &doctor.management, &doctor.tls.options()?)
+        .await
+        .context(
+            "cannot find the queues: enable RabbitMQ's management API (or pass \
+             --management-url), or name the queues with --queue",
+        )?;
+    Ok(estate
+        .queues
+        .into_iter()
+        .filter(|queue| match doctor.family {
+            Family::Acemq => queue.family == Some(crate::cli::dlq::Family::Acemq),
+            Family::Babel => queue.family.is_none() && queue.dead_letter.is_some(),
+        })
+        .map(|queue| queue.name)
+        .filter(|name| doctor.selects(name))
+        .collect())
+}
+
+impl Doctor {
+    /// Whether a queue found (not named) is examined: `--prefix`.
+    fn selects(&self, queue: &str) -> bool {
+        self.prefix
+            .as_deref()
+            .is_none_or(|prefix| queue.starts_with(prefix))
+    }
 }
 
 async fn amqp_queues(
     client: &Client,
     doctor: &Doctor,
+    queues: &[String],
     policy: Option<&RetryPolicy>,
 ) -> anyhow::Result<Vec<Finding>> {
     let mut findings = Vec::new();
-    for queue in &doctor.queues {
+    for queue in queues {
         match doctor.family {
             Family::Acemq => {
                 let estate = acemq_estate(client, queue, policy).await?;
@@ -232,7 +272,11 @@ async fn redis_findings(doctor: &Doctor) -> anyhow::Result<Vec<Finding>> {
     let queues = if doctor.queues.is_empty() {
         let keys = redis.scan_queue_keys().await?;
         let names: BTreeSet<&str> = keys.iter().map(|key| options.queue_of_key(key)).collect();
-        names.into_iter().map(str::to_owned).collect()
+        names
+            .into_iter()
+            .filter(|name| doctor.selects(name))
+            .map(str::to_owned)
+            .collect()
     } else {
         doctor.queues.clone()
     };
