@@ -955,11 +955,24 @@ async fn closing_a_client_first_writes_what_it_published(fx: &'static Fixture) {
     }
     client.close().await.unwrap();
 
-    let info = fx.client.inspect_queue(&queue).await.unwrap();
-    assert_eq!(
-        info.message_count, MESSAGES,
-        "every publish reached the queue"
-    );
+    // On RabbitMQ the closed connection's channel hands its messages to the queue process
+    // asynchronously, so another connection may count them a moment later; no event says when,
+    // so the depth is read until it is complete (or the deadline fails the test).
+    within("every publish to reach the queue", async {
+        loop {
+            let info = fx.client.inspect_queue(&queue).await.unwrap();
+            assert!(
+                info.message_count <= MESSAGES,
+                "{} queued",
+                info.message_count
+            );
+            if info.message_count == MESSAGES {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     // Every confirm still resolves; what it says depends on whether the broker's ack came
     // before the close.
     within(

@@ -37,7 +37,13 @@ fn displayed(url: &str, queue: &str, expected: &[String]) {
     let groups = run(&["dlq", "groups", "--url", url, "--queue", queue]);
     let grouped: u64 = groups.iter().map(|g| g["count"].as_u64().unwrap()).sum();
     assert_eq!(grouped, expected.len() as u64);
-    let listed = run(&["dlq", "list", "--url", url, "--queue", queue]);
+    // On Redis `list` also shows every other dead-letter queue it finds; the prefix keeps it
+    // to this test's own.
+    let listed = run(&[
+        "dlq", "list", "--url", url, "--queue", queue, "--prefix", queue,
+    ]);
+    assert_eq!(listed.len(), 1, "only this test's queue is listed");
+    assert_eq!(listed[0]["queue"], queue);
     assert_eq!(listed[0]["depth"], expected.len() as u64);
 }
 
