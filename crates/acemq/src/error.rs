@@ -135,7 +135,7 @@ pub enum RuntimeError {
     },
     /// The broker refused the message (a negative confirm).
     #[error(
-        "broker refused the message to exchange `{exchange}` routing key `{routing_key}` (negative confirm); a queue may be over its length limit"
+        "broker refused the message to exchange `{exchange}` routing key `{routing_key}` (negative confirm); a queue may be over its length limit, or on a cluster without a leader"
     )]
     Nacked {
         /// The exchange it was published to.

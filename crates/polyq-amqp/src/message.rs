@@ -54,7 +54,9 @@ pub enum PublishOutcome {
     /// The broker took responsibility for the message.
     Acked,
     /// The broker refused the message (for example a queue over its length limit with
-    /// `reject-publish`).
+    /// `reject-publish`, or a quorum queue of a cluster that has no leader). After a nack the
+    /// client publishes on a new channel (at most once a second), since RabbitMQ 3.x can keep
+    /// refusing a quorum queue's publishes on the channel that first met its leader down.
     Nacked,
     /// A mandatory message matched no queue and came back.
     Returned(ReturnedMessage),

@@ -32,6 +32,21 @@ impl Cluster {
         self.url.clone()
     }
 
+    /// The URL of node `n` (1, 2 or 3) alone: a client that stays on that node.
+    ///
+    /// # Panics
+    /// When `n` is not a node of the list.
+    pub fn node_url(&self, n: u8) -> String {
+        usize::from(n)
+            .checked_sub(1)
+            .and_then(|index| {
+                polyq_amqp::split_addresses(&self.url)
+                    .into_iter()
+                    .nth(index)
+            })
+            .unwrap_or_else(|| panic!("the cluster has no node {n}"))
+    }
+
     /// Kills node `n` (1, 2 or 3) with SIGKILL and waits until its port is closed.
     ///
     /// # Panics

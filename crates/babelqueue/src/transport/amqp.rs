@@ -348,7 +348,7 @@ fn confirmed(queue: &str, outcome: PublishOutcome) -> Result<()> {
         PublishOutcome::Acked => Ok(()),
         PublishOutcome::Nacked => Err(Error::NotPublished {
             queue: queue.to_owned(),
-            why: "negative publisher confirm (the queue refused it, e.g. over its length limit)"
+            why: "negative publisher confirm (the queue refused it: over its length limit, or on a cluster without a leader)"
                 .to_owned(),
         }),
         PublishOutcome::Returned(returned) => Err(Error::NotPublished {

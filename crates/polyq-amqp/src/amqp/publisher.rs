@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker, ready};
 
 use bytes::Bytes;
@@ -22,10 +22,11 @@ use super::blocked;
 use super::confirm_ledger::{Answer, Answered, Failure, Settled, unwritten};
 use super::convert::{properties_from_amqp, properties_to_amqp, short};
 use super::errors::Target;
+use super::session::{PublishingChannel, Session};
 use super::supervisor::Shared;
 use crate::Confirm;
 use crate::error::{Error, Result};
-use crate::message::{OutgoingMessage, ReturnedMessage};
+use crate::message::{OutgoingMessage, PublishOutcome, ReturnedMessage};
 
 const OPERATION: &str = "publish";
 
@@ -63,7 +64,7 @@ pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> R
         .options
         .resend_lost
         .map(|within| Instant::now() + within);
-    let mut answered = send(shared, message, None).await?;
+    let mut in_flight = send(shared, message, None).await?;
     let shared = Arc::clone(shared);
     Ok(Confirm::new(async move {
         let outlasted = blocked::blocked_for(shared.health.watch(), blocked_timeout);
@@ -72,29 +73,36 @@ pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> R
         loop {
             let settled = tokio::select! {
                 biased;
-                settled = &mut answered => settled,
+                settled = &mut in_flight.answered => settled,
                 reason = &mut outlasted => {
                     return Err(blocked::error(exchange, reason, blocked_timeout, true));
                 }
             };
             match settled {
-                Ok(Settled::Outcome(outcome)) => return outcome,
+                Ok(Settled::Outcome(outcome)) => {
+                    if matches!(outcome, Ok(PublishOutcome::Nacked)) {
+                        // Before the caller hears of it, so that a publish sent again goes
+                        // out on the new channel.
+                        in_flight.replace_nacked_channel().await;
+                    }
+                    return outcome;
+                }
                 Ok(Settled::Unwritten { message, .. })
                     if resends < UNWRITTEN_RESENDS && resend_until.is_none() =>
                 {
                     resends += 1;
-                    answered = send(&shared, message, None).await?;
+                    in_flight = send(&shared, message, None).await?;
                 }
                 Ok(Settled::Unwritten { message, error }) => match resend_until {
                     Some(until) if Instant::now() < until => {
-                        answered =
+                        in_flight =
                             resend(&shared, message, until, unwritten(&exchange, error)).await?;
                     }
                     _ => return Err(unwritten(&message.exchange, error)),
                 },
                 Ok(Settled::Lost { message, error }) => match resend_until {
                     Some(until) if Instant::now() < until => {
-                        answered = resend(&shared, message, until, error).await?;
+                        in_flight = resend(&shared, message, until, error).await?;
                     }
                     _ => return Err(error),
                 },
@@ -102,6 +110,22 @@ pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> R
             }
         }
     }))
+}
+
+/// A publish sent: where its answer comes, and the channel it went out on.
+struct InFlight {
+    answered: Answered,
+    session: Weak<Session>,
+    channel: Weak<PublishingChannel>,
+}
+
+impl InFlight {
+    /// Has the session replace the channel the publish was nacked on ([`Session::replace_nacked`]).
+    async fn replace_nacked_channel(&self) {
+        if let (Some(session), Some(channel)) = (self.session.upgrade(), self.channel.upgrade()) {
+            session.replace_nacked(&channel).await;
+        }
+    }
 }
 
 /// Sends again, on the next connection, a message whose answer was lost with the last one
@@ -112,7 +136,7 @@ async fn resend(
     message: OutgoingMessage,
     until: Instant,
     lost: Error,
-) -> Result<Answered> {
+) -> Result<InFlight> {
     let exchange = message.exchange.clone();
     tracing::debug!(
         exchange = exchange.as_str(),
@@ -139,7 +163,7 @@ async fn send(
     shared: &Shared,
     message: OutgoingMessage,
     until: Option<Instant>,
-) -> Result<Answered> {
+) -> Result<InFlight> {
     let options = BasicPublishOptions {
         mandatory: message.mandatory,
         immediate: false,
@@ -171,14 +195,20 @@ async fn send(
                 // the frames in the first poll; whoever polls the confirm later is woken by
                 // the write, so this poll needs no waker.
                 let pending = publishing.ledger.begin();
-                match write.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-                    Poll::Pending => {
-                        return Ok(pending.sent(LapinConfirm::writing(write, slot), message));
+                let confirm = match write.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Pending => Ok(LapinConfirm::writing(write, slot)),
+                    Poll::Ready(Ok(confirm)) => Ok(LapinConfirm::confirming(confirm)),
+                    Poll::Ready(Err(error)) => Err(error),
+                };
+                match confirm {
+                    Ok(confirm) => {
+                        return Ok(InFlight {
+                            answered: pending.sent(confirm, message),
+                            session: Arc::downgrade(&session),
+                            channel: Arc::downgrade(&publishing),
+                        });
                     }
-                    Poll::Ready(Ok(confirm)) => {
-                        return Ok(pending.sent(LapinConfirm::confirming(confirm), message));
-                    }
-                    Poll::Ready(Err(error)) => error,
+                    Err(error) => error,
                 }
             }
             Err(error) => error,

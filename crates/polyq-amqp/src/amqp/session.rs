@@ -1,9 +1,11 @@
 //! One live connection and the channels this client keeps on it.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
+use tokio::time::Instant;
 
 use super::confirm_ledger::{self, LedgerHandle};
 use super::publisher::{LapinConfirm, MAX_UNWRITTEN};
@@ -11,6 +13,11 @@ use super::publisher::{LapinConfirm, MAX_UNWRITTEN};
 /// A channel opened on first use and opened again after it closes; operations on it run one at
 /// a time, so a channel error is reported to the operation that caused it.
 pub(super) type SerialChannel = tokio::sync::Mutex<Option<Arc<Channel>>>;
+
+/// How old a publishing channel must be before a nack replaces it: a queue that refuses every
+/// publish (over its length limit with `reject-publish`) then costs a new channel at most once
+/// a second, not one per publish.
+const REPLACE_NACKED_AFTER: Duration = Duration::from_secs(1);
 
 /// One connection generation. The supervisor replaces the whole session when the connection
 /// dies, so nothing here is ever reused across connections.
@@ -36,6 +43,7 @@ pub(super) struct PublishingChannel {
     pub(super) ledger: LedgerHandle<LapinConfirm>,
     /// Places among the publishes whose frames lapin holds unwritten.
     pub(super) unwritten: Arc<tokio::sync::Semaphore>,
+    opened: Instant,
 }
 
 impl Session {
@@ -76,6 +84,34 @@ impl Session {
         Ok(fresh)
     }
 
+    /// Replaces the publishing channel after the broker nacked a publish on it, when `nacked`
+    /// still is that channel and has been for [`REPLACE_NACKED_AFTER`]. Publishes already on it
+    /// keep their confirms; it is closed once the last one is answered.
+    ///
+    /// A nack may be the channel's own doing: RabbitMQ 3.x (seen on 3.10) looks up a quorum
+    /// queue's leader once per channel, on the channel's first publish to it, and when that node
+    /// is down (killed, its successor not yet recorded) the channel refuses every later publish
+    /// to the queue for as long as it lives, while channels opened since publish normally.
+    pub(super) async fn replace_nacked(&self, nacked: &Arc<PublishingChannel>) {
+        if nacked.opened.elapsed() < REPLACE_NACKED_AFTER {
+            return;
+        }
+        let _reopening = self.reopen_publisher.lock().await;
+        if !Arc::ptr_eq(&self.current_publisher(), nacked) || !self.is_up() {
+            return;
+        }
+        match confirming_channel(&self.connection).await {
+            Ok(fresh) => {
+                *self
+                    .publisher
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Arc::new(fresh);
+            }
+            // The next publish opens one again, or waits for the next connection.
+            Err(error) => tracing::debug!(%error, "could not replace a nacked publishing channel"),
+        }
+    }
+
     /// Closes the publishing channel once lapin has written every publish queued on it. A
     /// publish returns once queued, so closing must not drop it; and RabbitMQ takes a channel's
     /// close after the publishes before it, where closing the connection can stop the channel
@@ -107,10 +143,22 @@ async fn confirming_channel(connection: &Connection) -> lapin::Result<Publishing
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
     let (ledger, tracker) = confirm_ledger::ledger();
-    tokio::spawn(tracker);
+    let replaced = channel.clone();
+    tokio::spawn(async move {
+        // The tracker ends once the channel is no longer used and every publish on it is
+        // answered. A channel that failed, or that the client closed, is closed already; one
+        // replaced after a nack is closed here.
+        tracker.await;
+        if replaced.status().connected() {
+            let _ = replaced
+                .close(200, "replaced by a new publishing channel".into())
+                .await;
+        }
+    });
     Ok(PublishingChannel {
         channel,
         ledger,
         unwritten: Arc::new(tokio::sync::Semaphore::new(MAX_UNWRITTEN)),
+        opened: Instant::now(),
     })
 }
