@@ -146,9 +146,21 @@ pub struct Streak<R> {
 /// published and marked, then the first error is returned (rows leased and not marked come
 /// back when their lease runs out).
 ///
+/// The future is boxed: unboxed, a relay's future nests the family's transport futures
+/// so deeply that proving it `Send` for `tokio::spawn` exceeds the compiler's default
+/// recursion limit in the application's crate.
+///
 /// # Errors
 /// The first error of [`RelaySteps::lease`] or [`RelaySteps::mark`].
-pub async fn relay_streak<S: RelaySteps>(
+pub fn relay_streak<'a, S: RelaySteps>(
+    steps: &'a S,
+    pipeline: Pipeline,
+    stop: &'a (dyn Fn() -> bool + Sync),
+) -> futures_util::future::BoxFuture<'a, Result<Streak<S::Report>, S::Error>> {
+    Box::pin(streak(steps, pipeline, stop))
+}
+
+async fn streak<S: RelaySteps>(
     steps: &S,
     pipeline: Pipeline,
     stop: &(dyn Fn() -> bool + Sync),
