@@ -177,10 +177,10 @@ async fn streak<S: RelaySteps>(
     let mut publishing = FuturesUnordered::new();
     let mut marking = FuturesUnordered::new();
     loop {
-        if publishing.len() < window {
-            if let Some(batch) = ready.take() {
-                publishing.push(steps.publish(batch));
-            }
+        if publishing.len() < window
+            && let Some(batch) = ready.take()
+        {
+            publishing.push(steps.publish(batch));
         }
         if more && leasing.is_none() && ready.is_none() {
             if streak.batches < pipeline.max_batches && !stop() {
@@ -376,7 +376,13 @@ mod tests {
             ..Counted::default()
         };
         let streak = relay_streak(&steps, UNBOUNDED, &|| false).await.unwrap();
-        assert_eq!(streak, Streak { report: 10, batches: 10 });
+        assert_eq!(
+            streak,
+            Streak {
+                report: 10,
+                batches: 10
+            }
+        );
         assert_eq!(steps.most_in_flight.load(Ordering::SeqCst), 3);
         assert_eq!(marked(&steps), (0..10).collect::<Vec<_>>());
     }
@@ -407,7 +413,13 @@ mod tests {
             ..UNBOUNDED
         };
         let streak = relay_streak(&steps, pipeline, &|| false).await.unwrap();
-        assert_eq!(streak, Streak { report: 4, batches: 4 });
+        assert_eq!(
+            streak,
+            Streak {
+                report: 4,
+                batches: 4
+            }
+        );
         let stopped = relay_streak(&steps, UNBOUNDED, &|| true).await.unwrap();
         assert_eq!(stopped, Streak::default());
     }

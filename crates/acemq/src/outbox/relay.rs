@@ -224,10 +224,17 @@ struct Batch {
 struct Published {
     token: String,
     claimed: usize,
-    /// Each sent row's id, failed attempts so far and answer: `None` when no confirm came in
-    /// time.
-    outcomes: Vec<(String, i32, Option<Result<(), String>>)>,
+    outcomes: Vec<SentRow>,
     unreadable: Vec<(String, String)>,
+}
+
+/// A row of a batch that was sent.
+struct SentRow {
+    id: String,
+    /// Failed attempts before this one.
+    attempts: i32,
+    /// The broker's answer; `None` when no confirm came in time.
+    answer: Option<Result<(), String>>,
 }
 
 /// What one pass did.
@@ -423,11 +430,19 @@ impl RelaySteps for Steps<'_> {
                     Ok(confirm) => {
                         let index = outcomes.len();
                         confirms.push(confirm.map(move |answer| (index, answer)));
-                        outcomes.push((id, attempts, None));
+                        outcomes.push(SentRow {
+                            id,
+                            attempts,
+                            answer: None,
+                        });
                     }
                     Err(error) => {
                         let reason = polyq_amqp::error_chain(&error);
-                        outcomes.push((id, attempts, Some(Err(reason))));
+                        outcomes.push(SentRow {
+                            id,
+                            attempts,
+                            answer: Some(Err(reason)),
+                        });
                     }
                 },
                 Err(reason) => unreadable.push((id, reason)),
@@ -438,7 +453,7 @@ impl RelaySteps for Steps<'_> {
         loop {
             tokio::select! {
                 answer = confirms.next() => match answer {
-                    Some((index, answer)) => outcomes[index].2 = Some(confirmed(answer)),
+                    Some((index, answer)) => outcomes[index].answer = Some(confirmed(answer)),
                     None => break,
                 },
                 () = &mut deadline => break,
@@ -475,8 +490,13 @@ impl RelaySteps for Steps<'_> {
             relay.fail(&token, &id, &reason, failure, &mut pass).await?;
         }
         let mut confirmed_ids = Vec::with_capacity(outcomes.len());
-        for (id, attempts, outcome) in outcomes {
-            let reason = match outcome {
+        for SentRow {
+            id,
+            attempts,
+            answer,
+        } in outcomes
+        {
+            let reason = match answer {
                 Some(Ok(())) => {
                     confirmed_ids.push(id);
                     continue;

@@ -204,11 +204,7 @@ impl Table {
     /// The age of the oldest pending row, without counting: the relay reads it after every
     /// pass, and the minimum is the first entry of the pending index where a count would read
     /// every pending row.
-    async fn lag(
-        &self,
-        db: &PgPool,
-        max_attempts: i32,
-    ) -> Result<Option<Duration>, OutboxError> {
+    async fn lag(&self, db: &PgPool, max_attempts: i32) -> Result<Option<Duration>, OutboxError> {
         let age: Option<f64> = sqlx::query_scalar(&format!(
             "SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 FROM {} \
              WHERE published_at IS NULL AND attempts < $1",
@@ -279,13 +275,10 @@ impl Backend for PgBackend {
         max_attempts: i32,
         synchronous_commit: bool,
     ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>> {
-        Box::pin(self.table.mark_published(
-            &self.db,
-            token,
-            ids,
-            max_attempts,
-            synchronous_commit,
-        ))
+        Box::pin(
+            self.table
+                .mark_published(&self.db, token, ids, max_attempts, synchronous_commit),
+        )
     }
 
     fn mark_failed<'a>(
