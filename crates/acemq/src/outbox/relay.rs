@@ -121,7 +121,8 @@ impl OutboxRelayBuilder {
     }
 
     /// How long a claimed batch is held before another relay may take it (default 60 s); it
-    /// must outlast publishing one batch.
+    /// must outlast publishing one batch, and the wait of a leased batch for a place in the
+    /// [`window`](OutboxRelayBuilder::window) before it (one confirm timeout at most).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
