@@ -81,6 +81,155 @@ where
     }
 }
 
+/// One family's steps of a relay pass, which [`relay_streak`] overlaps: lease a batch, publish
+/// it and await the broker's answer to each row, mark each row by that answer.
+///
+/// The engine never marks a batch before its own publish step has finished, so a row is marked
+/// published only after its confirm whatever the overlap; leasing (`FOR UPDATE SKIP LOCKED` and
+/// a lease per batch) stays each family's, so two relays never hold the same row.
+pub trait RelaySteps: Sync {
+    /// Rows leased together.
+    type Batch: Send;
+    /// A batch with the broker's answer for each row (and the rows that could not be sent).
+    type Published: Send;
+    /// What marking one batch did; [`RelaySteps::add`] sums them.
+    type Report: Default + Send;
+    /// A failure of the database (a lease or a mark), which ends the streak.
+    type Error: Send;
+
+    /// Leases the next batch.
+    fn lease(&self) -> impl Future<Output = Result<Self::Batch, Self::Error>> + Send;
+
+    /// Whether `batch` is a full one: only then is another leased after it.
+    fn is_full(&self, batch: &Self::Batch) -> bool;
+
+    /// Publishes `batch` and waits for the broker's answer to each of its rows.
+    fn publish(&self, batch: Self::Batch) -> impl Future<Output = Self::Published> + Send;
+
+    /// Marks each row of a published batch published or failed, as the broker answered.
+    fn mark(
+        &self,
+        published: Self::Published,
+    ) -> impl Future<Output = Result<Self::Report, Self::Error>> + Send;
+
+    /// `report` added to `total`.
+    fn add(total: &mut Self::Report, report: Self::Report);
+}
+
+/// How much of a relay's work [`relay_streak`] overlaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pipeline {
+    /// Batches whose publishes may await the broker at once (at least 1).
+    pub window: usize,
+    /// Batches leased at most in the streak.
+    pub max_batches: usize,
+}
+
+/// What a streak of [`relay_streak`] did: the batches' reports added up, and how many batches
+/// it leased.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Streak<R> {
+    /// The marked batches' reports added up.
+    pub report: R,
+    /// Batches leased, short or empty ones included.
+    pub batches: usize,
+}
+
+/// Relays batches back to back while each lease finds a full one, at most
+/// [`Pipeline::max_batches`], until `stop` says so. Up to [`Pipeline::window`] batches await
+/// their broker's answers at once; meanwhile the next batch is leased and the batches already
+/// answered are marked, so the database's round trips overlap the broker's. One leased batch
+/// waits for a free place in the window at most, so a lease runs out no sooner than with one
+/// batch in flight.
+///
+/// A failed lease or mark ends the streak: nothing more is leased, what is in flight is still
+/// published and marked, then the first error is returned (rows leased and not marked come
+/// back when their lease runs out).
+///
+/// The future is boxed: unboxed, a relay's future nests the family's transport futures
+/// so deeply that proving it `Send` for `tokio::spawn` exceeds the compiler's default
+/// recursion limit in the application's crate.
+///
+/// # Errors
+/// The first error of [`RelaySteps::lease`] or [`RelaySteps::mark`].
+pub fn relay_streak<'a, S: RelaySteps>(
+    steps: &'a S,
+    pipeline: Pipeline,
+    stop: &'a (dyn Fn() -> bool + Sync),
+) -> futures_util::future::BoxFuture<'a, Result<Streak<S::Report>, S::Error>> {
+    Box::pin(streak(steps, pipeline, stop))
+}
+
+async fn streak<S: RelaySteps>(
+    steps: &S,
+    pipeline: Pipeline,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<Streak<S::Report>, S::Error> {
+    use futures_util::StreamExt as _;
+    use futures_util::stream::FuturesUnordered;
+
+    let window = pipeline.window.max(1);
+    let mut streak = Streak::<S::Report>::default();
+    let mut error = None;
+    let mut more = true;
+    let mut leasing = None;
+    let mut ready = None;
+    let mut publishing = FuturesUnordered::new();
+    let mut marking = FuturesUnordered::new();
+    loop {
+        if publishing.len() < window
+            && let Some(batch) = ready.take()
+        {
+            publishing.push(steps.publish(batch));
+        }
+        if more && leasing.is_none() && ready.is_none() {
+            if streak.batches < pipeline.max_batches && !stop() {
+                streak.batches += 1;
+                leasing = Some(Box::pin(steps.lease()));
+            } else {
+                more = false;
+            }
+        }
+        if leasing.is_none() && ready.is_none() && publishing.is_empty() && marking.is_empty() {
+            break;
+        }
+        tokio::select! {
+            Some(leased) = async {
+                match leasing.as_mut() {
+                    Some(lease) => Some(lease.await),
+                    None => None,
+                }
+            }, if leasing.is_some() => {
+                leasing = None;
+                match leased {
+                    Ok(batch) => {
+                        more &= steps.is_full(&batch);
+                        ready = Some(batch);
+                    }
+                    Err(failure) => {
+                        more = false;
+                        error.get_or_insert(failure);
+                    }
+                }
+            }
+            Some(published) = publishing.next(), if !publishing.is_empty() => {
+                marking.push(steps.mark(published));
+            }
+            Some(marked) = marking.next(), if !marking.is_empty() => match marked {
+                Ok(report) => S::add(&mut streak.report, report),
+                Err(failure) => {
+                    more = false;
+                    error.get_or_insert(failure);
+                }
+            },
+        }
+    }
+    match error {
+        Some(failure) => Err(failure),
+        None => Ok(streak),
+    }
+}
+
 /// Whether a database error is the connection: lost, refused, or none to be had from the pool.
 #[cfg(feature = "sqlx")]
 pub fn sqlx_is_connection(error: &sqlx::Error) -> bool {
@@ -95,6 +244,21 @@ pub fn sqlx_is_connection(error: &sqlx::Error) -> bool {
 #[cfg(feature = "sqlx")]
 pub fn sqlx_is_transient(error: &sqlx::Error) -> bool {
     sqlx_is_connection(error) || matches!(error, sqlx::Error::WorkerCrashed)
+}
+
+/// The `FROM` clause that lets one PostgreSQL `UPDATE` of a relay commit without waiting for
+/// its WAL flush when `synchronous_commit` is off (empty when it is on):
+/// `set_config(…, true)` holds for the statement's own transaction only, so the setting never
+/// outlives it on a pooled connection that the application shares. A database crash can then
+/// forget the relay's last leases and marks, never a row: the rows were committed by the
+/// application's own transaction under its own settings, and a forgotten mark or lease only
+/// makes a relay publish the row again.
+pub fn relay_commit_clause(synchronous_commit: bool) -> &'static str {
+    if synchronous_commit {
+        ""
+    } else {
+        "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relay_commit"
+    }
 }
 
 /// Whether `name` is a plain SQL identifier (ASCII letters, digits and `_`, not starting with a
@@ -116,6 +280,9 @@ pub fn is_plain_sql_identifier(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
 
     #[cfg(feature = "sqlx")]
@@ -137,6 +304,137 @@ mod tests {
         for bad in ["", "1t", "a-b", "a b", "a;b", "é", &"x".repeat(64)] {
             assert!(!is_plain_sql_identifier(bad), "{bad}");
         }
+    }
+
+    /// Steps over `full` full batches and then a short one, counting publishes in flight.
+    #[derive(Default)]
+    struct Counted {
+        full: usize,
+        fail_lease: Option<usize>,
+        leased: AtomicUsize,
+        in_flight: AtomicUsize,
+        most_in_flight: AtomicUsize,
+        published: Mutex<Vec<usize>>,
+        marked: Mutex<Vec<usize>>,
+    }
+
+    impl RelaySteps for Counted {
+        type Batch = usize;
+        type Published = usize;
+        type Report = usize;
+        type Error = usize;
+
+        async fn lease(&self) -> Result<usize, usize> {
+            let batch = self.leased.fetch_add(1, Ordering::SeqCst);
+            match self.fail_lease {
+                Some(failing) if failing == batch => Err(batch),
+                _ => Ok(batch),
+            }
+        }
+
+        fn is_full(&self, batch: &usize) -> bool {
+            *batch < self.full
+        }
+
+        async fn publish(&self, batch: usize) -> usize {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.published.lock().unwrap().push(batch);
+            batch
+        }
+
+        async fn mark(&self, batch: usize) -> Result<usize, usize> {
+            assert!(self.published.lock().unwrap().contains(&batch));
+            self.marked.lock().unwrap().push(batch);
+            Ok(1)
+        }
+
+        fn add(total: &mut usize, report: usize) {
+            *total += report;
+        }
+    }
+
+    fn marked(steps: &Counted) -> Vec<usize> {
+        let mut marked = steps.marked.lock().unwrap().clone();
+        marked.sort_unstable();
+        marked
+    }
+
+    const UNBOUNDED: Pipeline = Pipeline {
+        window: 3,
+        max_batches: usize::MAX,
+    };
+
+    #[tokio::test]
+    async fn a_streak_keeps_the_window_full_and_ends_on_the_short_batch() {
+        let steps = Counted {
+            full: 9,
+            ..Counted::default()
+        };
+        let streak = relay_streak(&steps, UNBOUNDED, &|| false).await.unwrap();
+        assert_eq!(
+            streak,
+            Streak {
+                report: 10,
+                batches: 10
+            }
+        );
+        assert_eq!(steps.most_in_flight.load(Ordering::SeqCst), 3);
+        assert_eq!(marked(&steps), (0..10).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_window_of_one_publishes_one_batch_at_a_time() {
+        let steps = Counted {
+            full: 5,
+            ..Counted::default()
+        };
+        let pipeline = Pipeline {
+            window: 1,
+            ..UNBOUNDED
+        };
+        let streak = relay_streak(&steps, pipeline, &|| false).await.unwrap();
+        assert_eq!(streak.report, 6);
+        assert_eq!(steps.most_in_flight.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_streak_leases_at_most_its_batches_and_none_once_stopped() {
+        let steps = Counted {
+            full: usize::MAX,
+            ..Counted::default()
+        };
+        let pipeline = Pipeline {
+            max_batches: 4,
+            ..UNBOUNDED
+        };
+        let streak = relay_streak(&steps, pipeline, &|| false).await.unwrap();
+        assert_eq!(
+            streak,
+            Streak {
+                report: 4,
+                batches: 4
+            }
+        );
+        let stopped = relay_streak(&steps, UNBOUNDED, &|| true).await.unwrap();
+        assert_eq!(stopped, Streak::default());
+    }
+
+    #[tokio::test]
+    async fn a_failed_lease_ends_the_streak_after_the_batches_in_flight_are_marked() {
+        let steps = Counted {
+            full: usize::MAX,
+            fail_lease: Some(3),
+            ..Counted::default()
+        };
+        let failure = relay_streak(&steps, UNBOUNDED, &|| false).await;
+        assert_eq!(failure, Err(3));
+        assert_eq!(marked(&steps), vec![0, 1, 2]);
+        assert_eq!(steps.leased.load(Ordering::SeqCst), 4);
     }
 
     #[tokio::test]

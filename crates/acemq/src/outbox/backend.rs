@@ -26,13 +26,15 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         synchronous_commit: bool,
     ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>>;
 
-    /// Marks rows the broker confirmed as published and ends their lease.
+    /// Marks rows the broker confirmed as published and ends their lease; then the age of
+    /// the oldest row still pending (the lag), read in the same round trip.
     fn mark_published<'a>(
         &'a self,
         token: &'a str,
         ids: &'a [String],
+        max_attempts: i32,
         synchronous_commit: bool,
-    ) -> BoxFuture<'a, Result<(), OutboxError>>;
+    ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>>;
 
     /// Counts a failed publish against a row, with its reason, and holds it back.
     fn mark_failed<'a>(
@@ -43,9 +45,6 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         failure: Failure,
         synchronous_commit: bool,
     ) -> BoxFuture<'a, Result<(), OutboxError>>;
-
-    /// The age of the oldest pending row.
-    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>>;
 
     /// Pending and failed counts and the age of the oldest pending row.
     fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>>;

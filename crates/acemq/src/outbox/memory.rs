@@ -239,8 +239,9 @@ impl Backend for MemoryOutbox {
         &'a self,
         token: &'a str,
         ids: &'a [String],
+        max_attempts: i32,
         _synchronous_commit: bool,
-    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+    ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>> {
         let mut rows = self.lock();
         for row in rows.leased_to(token) {
             if ids.contains(&row.message.id) {
@@ -249,7 +250,7 @@ impl Backend for MemoryOutbox {
                 row.locked_until = None;
             }
         }
-        Box::pin(std::future::ready(Ok(())))
+        Box::pin(std::future::ready(Ok(rows.lag(max_attempts))))
     }
 
     fn mark_failed<'a>(
@@ -272,10 +273,6 @@ impl Backend for MemoryOutbox {
             row.locked_until = Some(Instant::now() + backoff);
         }
         Box::pin(std::future::ready(Ok(())))
-    }
-
-    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>> {
-        Box::pin(std::future::ready(Ok(self.lock().lag(max_attempts))))
     }
 
     fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>> {

@@ -49,7 +49,8 @@ pub use error::OutboxError;
 pub use memory::{MemoryOutbox, MemoryTransaction};
 pub use polyq_runtime::outbox::OutboxStatus;
 pub use relay::{
-    DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, OutboxRelay, OutboxRelayBuilder, RelayPass,
+    DEFAULT_BATCH_SIZE, DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, OutboxRelay, OutboxRelayBuilder,
+    RelayPass,
 };
 #[cfg(feature = "postgres")]
 pub use store::DEFAULT_TABLE;

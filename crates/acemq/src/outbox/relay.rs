@@ -2,14 +2,17 @@
 
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, join_all};
-use polyq_amqp::{Client, Confirm, PublishOutcome};
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt as _, StreamExt as _};
+use polyq_amqp::{Client, PublishOutcome};
 use polyq_runtime::Shutdown;
 use std::sync::Arc;
 
 use crate::AceMq;
 use crate::outbox::error::OutboxError;
-use polyq_runtime::outbox::{OutboxStatus, linear_backoff, relay_until_stopped};
+use polyq_runtime::outbox::{
+    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_streak, relay_until_stopped,
+};
 
 use crate::outbox::MemoryOutbox;
 use crate::outbox::backend::{Backend, Failure};
@@ -18,6 +21,9 @@ use crate::runtime::telemetry::{OUTBOX_LAG, OUTBOX_TOTAL};
 
 /// Rows claimed per pass unless [`OutboxRelayBuilder::batch_size`] says otherwise.
 pub const DEFAULT_BATCH_SIZE: usize = 100;
+/// Batches whose confirms may be outstanding at once unless [`OutboxRelayBuilder::window`]
+/// says otherwise.
+pub const DEFAULT_WINDOW: usize = 2;
 /// Failures a row takes before the relay stops offering it (the Java and Go default).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 
@@ -61,6 +67,7 @@ pub struct OutboxRelay {
     confirm_timeout: Duration,
     poll_interval: Duration,
     synchronous_commit: bool,
+    window: usize,
 }
 
 /// Configures an [`OutboxRelay`].
@@ -76,6 +83,7 @@ pub struct OutboxRelayBuilder {
     confirm_timeout: Duration,
     poll_interval: Duration,
     synchronous_commit: bool,
+    window: usize,
 }
 
 /// Where the relay reads the outbox.
@@ -113,7 +121,8 @@ impl OutboxRelayBuilder {
     }
 
     /// How long a claimed batch is held before another relay may take it (default 60 s); it
-    /// must outlast publishing one batch.
+    /// must outlast publishing one batch, and the wait of a leased batch for a place in the
+    /// [`window`](OutboxRelayBuilder::window) before it (one confirm timeout at most).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -151,6 +160,16 @@ impl OutboxRelayBuilder {
         self
     }
 
+    /// Batches whose confirms may be outstanding at once (default
+    /// [`DEFAULT_WINDOW`], at most 64). While they are, the next batch is leased and the
+    /// batches already confirmed are marked, so the database's round trips overlap the
+    /// broker's; each row is still marked only after its own confirm. One batch means the
+    /// broker's confirms of a batch are all in before the next is published.
+    pub fn window(mut self, batches: usize) -> Self {
+        self.window = batches;
+        self
+    }
+
     /// The relay.
     ///
     /// # Errors
@@ -159,6 +178,9 @@ impl OutboxRelayBuilder {
         let invalid = |option, reason| Err(OutboxError::InvalidOption { option, reason });
         if !(1..=10_000).contains(&self.batch_size) {
             return invalid("batch_size", "must be between 1 and 10 000");
+        }
+        if !(1..=64).contains(&self.window) {
+            return invalid("window", "must be between 1 and 64 batches");
         }
         let Ok(max_attempts @ 1..) = i32::try_from(self.max_attempts) else {
             return invalid("max_attempts", "must be between 1 and 2^31 - 1");
@@ -188,6 +210,7 @@ impl OutboxRelayBuilder {
             confirm_timeout: self.confirm_timeout,
             poll_interval: self.poll_interval,
             synchronous_commit: self.synchronous_commit,
+            window: self.window,
         })
     }
 }
@@ -198,18 +221,21 @@ struct Batch {
     rows: Vec<(StoredMessage, i32)>,
 }
 
-/// A batch published, its confirms to come.
-struct Sent {
+/// A batch with the broker's answer for each row it sent, and the rows it could not read.
+struct Published {
     token: String,
-    pass: RelayPass,
-    publishes: Vec<(String, i32, polyq_amqp::Result<Confirm>)>,
+    claimed: usize,
+    outcomes: Vec<SentRow>,
+    unreadable: Vec<(String, String)>,
 }
 
-/// A batch with the broker's answer for each row.
-struct Confirmed {
-    token: String,
-    pass: RelayPass,
-    outcomes: Vec<(String, i32, Result<(), String>)>,
+/// A row of a batch that was sent.
+struct SentRow {
+    id: String,
+    /// Failed attempts before this one.
+    attempts: i32,
+    /// The broker's answer; `None` when no confirm came in time.
+    answer: Option<Result<(), String>>,
 }
 
 /// What one pass did.
@@ -262,6 +288,7 @@ impl OutboxRelay {
             confirm_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_millis(200),
             synchronous_commit: false,
+            window: DEFAULT_WINDOW,
         }
     }
 
@@ -270,16 +297,13 @@ impl OutboxRelay {
     /// # Errors
     /// A database failure; rows leased before it are freed when their lease runs out.
     pub async fn flush(&self) -> Result<RelayPass, OutboxError> {
-        let batch = self.claim().await?;
-        let sent = self.send(batch).await?;
-        let confirmed = self.confirms(sent).await;
-        self.settle(confirmed).await
+        Ok(self.streak(1, &|| false).await?.report)
     }
 
     /// Passes until one publishes nothing (the outbox is empty, or only rows under backoff are
     /// left), at most `max_passes`; the passes added up. Full batches follow each other as in
-    /// [`OutboxRelay::run`]: the next batch is leased, and the previous one marked, while the
-    /// current one's confirms are outstanding.
+    /// [`OutboxRelay::run`]: the next batch is leased, and those already confirmed are marked,
+    /// while up to [`OutboxRelayBuilder::window`] batches' confirms are outstanding.
     ///
     /// # Errors
     /// As [`OutboxRelay::flush`].
@@ -287,12 +311,10 @@ impl OutboxRelay {
         let mut total = RelayPass::default();
         let mut left = max_passes;
         while left > 0 {
-            let (streak, passes) = self.streak(left, &|| false).await?;
-            total.claimed += streak.claimed;
-            total.published += streak.published;
-            total.failed += streak.failed;
-            left -= passes;
-            if streak.published == 0 {
+            let streak = self.streak(left, &|| false).await?;
+            total.add(streak.report);
+            left -= streak.batches;
+            if streak.report.published == 0 {
                 break;
             }
         }
@@ -300,201 +322,32 @@ impl OutboxRelay {
     }
 
     /// Passes back to back while each finds a full batch, at most `max_passes`, until `stop`
-    /// says so; the passes added up and how many ran. Batch n's confirms are awaited together
-    /// with the lease of batch n + 1 and the marks of batch n - 1, so the two database round
-    /// trips of a pass overlap the broker's; at most one batch's confirms are outstanding at
-    /// a time, and a row is marked published only after its own confirm, as in
-    /// [`OutboxRelay::flush`].
+    /// says so, pipelined by [`relay_streak`]: a row is marked published only after its own
+    /// confirm, as in [`OutboxRelay::flush`].
     async fn streak(
         &self,
         max_passes: usize,
         stop: &(dyn Fn() -> bool + Sync),
-    ) -> Result<(RelayPass, usize), OutboxError> {
-        let mut total = RelayPass::default();
-        let mut passes = 0;
-        let mut next = Some(self.claim().await?);
-        let mut marking: Option<BoxFuture<'_, Result<RelayPass, OutboxError>>> = None;
-        while let Some(batch) = next.take() {
-            passes += 1;
-            let full = batch.rows.len() as i64 >= self.batch_size;
-            let more = full && passes < max_passes && !stop();
-            let sent = self.send(batch).await?;
-            let (confirmed, claimed, marked) = futures_util::future::join3(
-                self.confirms(sent),
-                async {
-                    if more {
-                        self.claim().await.map(Some)
-                    } else {
-                        Ok(None)
-                    }
-                },
-                async {
-                    match marking.take() {
-                        Some(marking) => marking.await.map(Some),
-                        None => Ok(None),
-                    }
-                },
-            )
-            .await;
-            // The marks of this batch go on while the next is published; an error in them, or
-            // in the lease, ends the streak (leased rows come back when their lease runs out).
-            let pending_marks: BoxFuture<'_, _> = Box::pin(self.settle(confirmed));
-            if let Some(pass) = marked? {
-                total.add(pass);
-            }
-            next = match claimed {
-                Ok(claimed) => claimed,
-                Err(error) => {
-                    pending_marks.await?;
-                    return Err(error);
-                }
-            };
-            marking = Some(pending_marks);
-        }
-        if let Some(marking) = marking {
-            total.add(marking.await?);
-        }
-        Ok((total, passes))
-    }
-
-    /// Leases the next batch under a token of its own.
-    async fn claim(&self) -> Result<Batch, OutboxError> {
-        let token = uuid::Uuid::new_v4().to_string();
-        let rows = self
-            .backend
-            .claim(
-                &token,
-                self.lease,
-                self.max_attempts,
-                self.batch_size,
-                self.synchronous_commit,
-            )
-            .await?;
-        Ok(Batch { token, rows })
-    }
-
-    /// Publishes a leased batch's rows; a row that cannot be read as a message is marked
-    /// failed at once.
-    async fn send(&self, batch: Batch) -> Result<Sent, OutboxError> {
-        let Batch { token, rows } = batch;
-        let mut pass = RelayPass {
-            claimed: rows.len(),
-            ..RelayPass::default()
+    ) -> Result<Streak<RelayPass>, OutboxError> {
+        let pipeline = Pipeline {
+            window: self.window,
+            max_batches: max_passes,
         };
-        let mut publishes = Vec::with_capacity(rows.len());
-        for (row, attempts) in rows {
-            let id = row.id.clone();
-            let message = match row.into_message() {
-                Ok(message) => message,
-                Err(reason) => {
-                    tracing::warn!(table = self.backend.name(), id, %reason, "an outbox row cannot be published; it is marked failed");
-                    let failure = Failure::Permanent {
-                        max_attempts: self.max_attempts,
-                    };
-                    self.fail(&token, &id, &reason, failure, &mut pass).await?;
-                    continue;
-                }
-            };
-            publishes.push((id, attempts, self.client.publish(message).await));
-        }
-        Ok(Sent {
-            token,
-            pass,
-            publishes,
-        })
-    }
-
-    /// Awaits the broker's answer to every publish of a batch.
-    async fn confirms(&self, sent: Sent) -> Confirmed {
-        let Sent {
-            token,
-            pass,
-            publishes,
-        } = sent;
-        let outcomes = join_all(
-            publishes
-                .into_iter()
-                .map(|(id, attempts, publish)| async move {
-                    let outcome = match publish {
-                        Ok(confirm) => match tokio::time::timeout(self.confirm_timeout, confirm)
-                            .await
-                        {
-                            Ok(Ok(PublishOutcome::Acked)) => Ok(()),
-                            Ok(Ok(PublishOutcome::Nacked)) => {
-                                Err("the broker refused it (nack)".to_owned())
-                            }
-                            Ok(Ok(PublishOutcome::Returned(returned))) => Err(format!(
-                                "unroutable: {} ({})",
-                                returned.reply_text, returned.reply_code
-                            )),
-                            Ok(Err(error)) => Err(polyq_amqp::error_chain(&error)),
-                            Err(_) => Err(format!("no confirm within {:?}", self.confirm_timeout)),
-                        },
-                        Err(error) => Err(polyq_amqp::error_chain(&error)),
-                    };
-                    (id, attempts, outcome)
-                }),
-        )
-        .await;
-        Confirmed {
-            token,
-            pass,
-            outcomes,
-        }
-    }
-
-    /// Marks the confirmed rows published in one statement and the others failed, counts them
-    /// and reads the lag.
-    async fn settle(&self, confirmed: Confirmed) -> Result<RelayPass, OutboxError> {
-        let Confirmed {
-            token,
-            mut pass,
-            outcomes,
-        } = confirmed;
-        let mut published = Vec::with_capacity(outcomes.len());
-        for (id, attempts, outcome) in outcomes {
-            match outcome {
-                Ok(()) => published.push(id),
-                Err(reason) => {
-                    tracing::warn!(table = self.backend.name(), id, %reason, "an outbox publish failed; it is retried after a backoff");
-                    let failure = Failure::Retry {
-                        backoff: self.backoff_for(attempts),
-                    };
-                    self.fail(&token, &id, &reason, failure, &mut pass).await?;
-                }
-            }
-        }
-        self.backend
-            .mark_published(&token, &published, self.synchronous_commit)
-            .await?;
-        pass.published = published.len();
-        metrics::counter!(OUTBOX_TOTAL, "outcome" => "published", "table" => self.backend.name().to_owned())
-            .increment(pass.published as u64);
-        let lag = self
-            .backend
-            .lag(self.max_attempts)
-            .await?
-            .unwrap_or_default();
-        metrics::gauge!(OUTBOX_LAG, "table" => self.backend.name().to_owned())
-            .set(lag.as_secs_f64());
-        Ok(pass)
+        relay_streak(&Steps(self), pipeline, stop).await
     }
 
     /// Relays until `shutdown` stops it: a full batch is followed by the next at once (leased
-    /// while the current one's confirms are outstanding), anything less by
+    /// while the confirms of those before are outstanding), anything less by
     /// [`OutboxRelayBuilder::poll_interval`]. A failing database is logged and tried
-    /// again after the interval. The pass under way when the stop comes is finished.
+    /// again after the interval. The passes under way when the stop comes are finished.
     pub async fn run(&self, shutdown: Shutdown) {
         let stopping = || shutdown.is_stopping();
         relay_until_stopped(&shutdown, self.poll_interval, || async {
-            match self.streak(usize::MAX, &stopping).await {
-                // A streak ends on a batch that was not full, or at the stop.
-                Ok(_) => false,
-                Err(error) => {
-                    tracing::warn!(table = self.backend.name(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
-                    false
-                }
+            if let Err(error) = self.streak(usize::MAX, &stopping).await {
+                tracing::warn!(table = self.backend.name(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
             }
+            // A streak ends on a batch that was not full, at the stop, or at an error.
+            false
         })
         .await;
     }
@@ -527,5 +380,169 @@ impl OutboxRelay {
     fn backoff_for(&self, prior_attempts: i32) -> Duration {
         let prior = u32::try_from(prior_attempts).unwrap_or(0);
         linear_backoff(self.backoff_step, self.backoff_cap, prior)
+    }
+}
+
+/// The relay's steps as [`relay_streak`] overlaps them.
+struct Steps<'a>(&'a OutboxRelay);
+
+impl RelaySteps for Steps<'_> {
+    type Batch = Batch;
+    type Published = Published;
+    type Report = RelayPass;
+    type Error = OutboxError;
+
+    /// Leases the next batch under a token of its own.
+    async fn lease(&self) -> Result<Batch, OutboxError> {
+        let relay = self.0;
+        let token = uuid::Uuid::new_v4().to_string();
+        let rows = relay
+            .backend
+            .claim(
+                &token,
+                relay.lease,
+                relay.max_attempts,
+                relay.batch_size,
+                relay.synchronous_commit,
+            )
+            .await?;
+        Ok(Batch { token, rows })
+    }
+
+    fn is_full(&self, batch: &Batch) -> bool {
+        let relay = self.0;
+        batch.rows.len() as i64 >= relay.batch_size
+    }
+
+    /// Publishes a leased batch's rows and awaits the broker's answers, all of them under one
+    /// deadline: they went out together. A row that cannot be read as a message is set aside
+    /// for the mark.
+    async fn publish(&self, batch: Batch) -> Published {
+        let relay = self.0;
+        let Batch { token, rows } = batch;
+        let claimed = rows.len();
+        let mut outcomes = Vec::with_capacity(claimed);
+        let mut unreadable = Vec::new();
+        let mut confirms = FuturesUnordered::new();
+        for (row, attempts) in rows {
+            let id = row.id.clone();
+            match row.into_message() {
+                Ok(message) => match relay.client.publish(message).await {
+                    Ok(confirm) => {
+                        let index = outcomes.len();
+                        confirms.push(confirm.map(move |answer| (index, answer)));
+                        outcomes.push(SentRow {
+                            id,
+                            attempts,
+                            answer: None,
+                        });
+                    }
+                    Err(error) => {
+                        let reason = polyq_amqp::error_chain(&error);
+                        outcomes.push(SentRow {
+                            id,
+                            attempts,
+                            answer: Some(Err(reason)),
+                        });
+                    }
+                },
+                Err(reason) => unreadable.push((id, reason)),
+            }
+        }
+        let deadline = tokio::time::sleep(relay.confirm_timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                answer = confirms.next() => match answer {
+                    Some((index, answer)) => outcomes[index].answer = Some(confirmed(answer)),
+                    None => break,
+                },
+                () = &mut deadline => break,
+            }
+        }
+        Published {
+            token,
+            claimed,
+            outcomes,
+            unreadable,
+        }
+    }
+
+    /// Marks the rows that could not be read failed for good, the unconfirmed ones failed
+    /// after a backoff, and the confirmed ones published in one statement that also reads the
+    /// lag.
+    async fn mark(&self, published: Published) -> Result<RelayPass, OutboxError> {
+        let relay = self.0;
+        let Published {
+            token,
+            claimed,
+            outcomes,
+            unreadable,
+        } = published;
+        let mut pass = RelayPass {
+            claimed,
+            ..RelayPass::default()
+        };
+        for (id, reason) in unreadable {
+            tracing::warn!(table = relay.backend.name(), id, %reason, "an outbox row cannot be published; it is marked failed");
+            let failure = Failure::Permanent {
+                max_attempts: relay.max_attempts,
+            };
+            relay.fail(&token, &id, &reason, failure, &mut pass).await?;
+        }
+        let mut confirmed_ids = Vec::with_capacity(outcomes.len());
+        for SentRow {
+            id,
+            attempts,
+            answer,
+        } in outcomes
+        {
+            let reason = match answer {
+                Some(Ok(())) => {
+                    confirmed_ids.push(id);
+                    continue;
+                }
+                Some(Err(reason)) => reason,
+                None => format!("no confirm within {:?}", relay.confirm_timeout),
+            };
+            tracing::warn!(table = relay.backend.name(), id, %reason, "an outbox publish failed; it is retried after a backoff");
+            let failure = Failure::Retry {
+                backoff: relay.backoff_for(attempts),
+            };
+            relay.fail(&token, &id, &reason, failure, &mut pass).await?;
+        }
+        let lag = relay
+            .backend
+            .mark_published(
+                &token,
+                &confirmed_ids,
+                relay.max_attempts,
+                relay.synchronous_commit,
+            )
+            .await?
+            .unwrap_or_default();
+        pass.published = confirmed_ids.len();
+        metrics::counter!(OUTBOX_TOTAL, "outcome" => "published", "table" => relay.backend.name().to_owned())
+            .increment(pass.published as u64);
+        metrics::gauge!(OUTBOX_LAG, "table" => relay.backend.name().to_owned())
+            .set(lag.as_secs_f64());
+        Ok(pass)
+    }
+
+    fn add(total: &mut RelayPass, pass: RelayPass) {
+        total.add(pass);
+    }
+}
+
+/// The broker's answer to one publish, as the row's outcome.
+fn confirmed(answer: polyq_amqp::Result<PublishOutcome>) -> Result<(), String> {
+    match answer {
+        Ok(PublishOutcome::Acked) => Ok(()),
+        Ok(PublishOutcome::Nacked) => Err("the broker refused it (nack)".to_owned()),
+        Ok(PublishOutcome::Returned(returned)) => Err(format!(
+            "unroutable: {} ({})",
+            returned.reply_text, returned.reply_code
+        )),
+        Err(error) => Err(polyq_amqp::error_chain(&error)),
     }
 }

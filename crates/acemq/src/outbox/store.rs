@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use polyq_runtime::outbox::OutboxStatus;
+use polyq_runtime::outbox::{OutboxStatus, relay_commit_clause};
 use sqlx::{PgConnection, PgPool, Row};
 
 use futures_util::future::BoxFuture;
@@ -94,7 +94,7 @@ impl Table {
         synchronous_commit: bool,
     ) -> Result<Vec<(StoredMessage, i32)>, OutboxError> {
         let t = &self.0;
-        let commit = commit_setting(synchronous_commit);
+        let commit = relay_commit_clause(synchronous_commit);
         let rows = sqlx::query(&format!(
             "WITH claimed AS ( \
                UPDATE {t} SET locked_by = $1, locked_until = now() + make_interval(secs => $2) \
@@ -134,28 +134,37 @@ impl Table {
 
     /// Marks rows the broker confirmed as published, and ends their lease. Only rows still
     /// leased to `token` change: a relay whose lease ran out does not overwrite the next one's.
+    /// Returns the lag after the mark, read by the same statement: the relay reads it after
+    /// every batch, so it costs no round trip of its own.
     pub async fn mark_published(
         &self,
         db: &PgPool,
         token: &str,
         ids: &[String],
+        max_attempts: i32,
         synchronous_commit: bool,
-    ) -> Result<(), OutboxError> {
+    ) -> Result<Option<Duration>, OutboxError> {
         if ids.is_empty() {
-            return Ok(());
+            return self.lag(db, max_attempts).await;
         }
-        sqlx::query(&format!(
-            "UPDATE {} SET published_at = now(), locked_by = NULL, locked_until = NULL \
-             {} WHERE id = ANY($1) AND locked_by = $2",
-            self.0,
-            commit_setting(synchronous_commit)
+        let t = &self.0;
+        let commit = relay_commit_clause(synchronous_commit);
+        // The query's snapshot is the statement's start, before its own update: the rows it
+        // marks are left out of the lag by name.
+        let age: Option<f64> = sqlx::query_scalar(&format!(
+            "WITH marked AS ( \
+               UPDATE {t} SET published_at = now(), locked_by = NULL, locked_until = NULL \
+               {commit} WHERE id = ANY($1) AND locked_by = $2 RETURNING id) \
+             SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 FROM {t} \
+             WHERE published_at IS NULL AND attempts < $3 AND id NOT IN (SELECT id FROM marked)"
         ))
         .bind(ids)
         .bind(token)
-        .execute(db)
+        .bind(max_attempts)
+        .fetch_one(db)
         .await
         .map_err(self.failed("mark published rows in"))?;
-        Ok(())
+        Ok(age.map(|secs| Duration::from_secs_f64(secs.max(0.0))))
     }
 
     /// Counts a failed publish against a row with its reason, and keeps it back for `backoff`.
@@ -179,7 +188,7 @@ impl Table {
                locked_by = NULL, locked_until = now() + make_interval(secs => $3) \
              {} WHERE id = $4 AND locked_by = $5",
             self.0,
-            commit_setting(synchronous_commit)
+            relay_commit_clause(synchronous_commit)
         ))
         .bind(exhaust)
         .bind(truncate(reason))
@@ -195,11 +204,7 @@ impl Table {
     /// The age of the oldest pending row, without counting: the relay reads it after every
     /// pass, and the minimum is the first entry of the pending index where a count would read
     /// every pending row.
-    pub async fn lag(
-        &self,
-        db: &PgPool,
-        max_attempts: i32,
-    ) -> Result<Option<Duration>, OutboxError> {
+    async fn lag(&self, db: &PgPool, max_attempts: i32) -> Result<Option<Duration>, OutboxError> {
         let age: Option<f64> = sqlx::query_scalar(&format!(
             "SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 FROM {} \
              WHERE published_at IS NULL AND attempts < $1",
@@ -267,11 +272,12 @@ impl Backend for PgBackend {
         &'a self,
         token: &'a str,
         ids: &'a [String],
+        max_attempts: i32,
         synchronous_commit: bool,
-    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+    ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>> {
         Box::pin(
             self.table
-                .mark_published(&self.db, token, ids, synchronous_commit),
+                .mark_published(&self.db, token, ids, max_attempts, synchronous_commit),
         )
     }
 
@@ -289,24 +295,8 @@ impl Backend for PgBackend {
         )
     }
 
-    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>> {
-        Box::pin(self.table.lag(&self.db, max_attempts))
-    }
-
     fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>> {
         Box::pin(self.table.status(&self.db, max_attempts))
-    }
-}
-
-/// The `FROM` clause that lets one `UPDATE` commit without waiting for its WAL flush when
-/// `synchronous_commit` is off: `set_config(…, true)` holds for the statement's own
-/// transaction only, so the setting never outlives it on a pooled connection that the
-/// application shares.
-fn commit_setting(synchronous_commit: bool) -> &'static str {
-    if synchronous_commit {
-        ""
-    } else {
-        "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relay_commit"
     }
 }
 

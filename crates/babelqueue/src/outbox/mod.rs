@@ -53,7 +53,7 @@ use sqlx::PgConnection;
 pub use error::OutboxError;
 pub use memory::{MemoryOutboxStore, MemoryTransaction};
 pub use polyq_runtime::outbox::OutboxStatus;
-pub use relay::{DEFAULT_BATCH_SIZE, FlushReport, OutboxRelay};
+pub use relay::{DEFAULT_BATCH_SIZE, DEFAULT_WINDOW, FlushReport, OutboxRelay};
 #[cfg(feature = "postgres")]
 pub use store::{DEFAULT_TABLE, PgOutboxStore};
 

@@ -7,7 +7,9 @@ use futures_util::future::join_all;
 use polyq_runtime::Shutdown;
 
 use crate::outbox::error::OutboxError;
-use polyq_runtime::outbox::{OutboxStatus, linear_backoff, relay_until_stopped};
+use polyq_runtime::outbox::{
+    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_streak, relay_until_stopped,
+};
 
 use crate::outbox::{Failure, OutboxRecord, OutboxStore};
 use crate::transport::Transport;
@@ -15,6 +17,9 @@ use crate::whitespace::is_blank;
 
 /// Rows fetched per [`OutboxRelay::flush`] by default (the Go relay's).
 pub const DEFAULT_BATCH_SIZE: usize = 100;
+/// Batches whose publishes may be outstanding at once unless [`OutboxRelay::window`] says
+/// otherwise.
+pub const DEFAULT_WINDOW: usize = 2;
 
 /// Publishes what [`Outbox::write`](crate::outbox::Outbox::write) committed, through any
 /// binding (memory, Redis, RabbitMQ).
@@ -48,6 +53,7 @@ pub struct OutboxRelay<T> {
     backoff_step: Duration,
     backoff_cap: Duration,
     poll_interval: Duration,
+    window: usize,
 }
 
 /// What a pass (or a drain) did.
@@ -69,6 +75,7 @@ impl<T: Transport> OutboxRelay<T> {
             backoff_step: Duration::from_millis(50),
             backoff_cap: Duration::from_secs(5),
             poll_interval: Duration::from_millis(200),
+            window: DEFAULT_WINDOW,
         }
     }
 
@@ -84,6 +91,25 @@ impl<T: Transport> OutboxRelay<T> {
             });
         }
         self.batch_size = rows;
+        Ok(self)
+    }
+
+    /// Batches whose publishes may be outstanding at once (default [`DEFAULT_WINDOW`]). While
+    /// they are, the next batch is fetched and the batches already published are marked, so
+    /// the database's round trips overlap the broker's; each row is still marked only after
+    /// the binding accepted it. One batch means a batch's publishes are all answered before
+    /// the next is sent.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidOption`] unless between 1 and 64.
+    pub fn window(mut self, batches: usize) -> Result<Self, OutboxError> {
+        if !(1..=64).contains(&batches) {
+            return Err(OutboxError::InvalidOption {
+                option: "window",
+                reason: "must be between 1 and 64 batches",
+            });
+        }
+        self.window = batches;
         Ok(self)
     }
 
@@ -112,58 +138,25 @@ impl<T: Transport> OutboxRelay<T> {
     /// # Errors
     /// A database failure; rows claimed before it are offered again when their lease runs out.
     pub async fn flush(&self) -> Result<FlushReport, OutboxError> {
-        let records = self.store.fetch_unpublished(self.batch_size).await?;
-        let mut report = FlushReport::default();
-        let mut publishable = Vec::with_capacity(records.len());
-        for record in records {
-            match unpublishable(&record) {
-                Some(reason) => {
-                    tracing::warn!(table = self.store.name(), id = record.id, %reason, "an outbox row cannot be published; it is marked failed");
-                    self.store
-                        .mark_failed(record.id, &reason, Failure::Permanent)
-                        .await?;
-                    report.failed += 1;
-                }
-                None => publishable.push(record),
-            }
-        }
-        let outcomes = join_all(publishable.iter().map(|record| {
-            self.transport
-                .publish(&record.queue, record.body.clone().into(), &[])
-        }))
-        .await;
-        let mut published = Vec::with_capacity(outcomes.len());
-        for (record, outcome) in publishable.iter().zip(outcomes) {
-            match outcome {
-                Ok(()) => published.push(record.id),
-                Err(error) => {
-                    let reason = polyq_amqp::error_chain(&error);
-                    tracing::warn!(table = self.store.name(), id = record.id, %reason, "an outbox publish failed; it is retried after a backoff");
-                    let backoff = self.backoff_for(record.attempts);
-                    self.store
-                        .mark_failed(record.id, &reason, Failure::Retry { backoff })
-                        .await?;
-                    report.failed += 1;
-                }
-            }
-        }
-        self.store.mark_published(&published).await?;
-        report.published = published.len();
-        Ok(report)
+        Ok(self.streak(1, &|| false).await?.report)
     }
 
     /// Flushes until a pass publishes nothing (drained, or only rows under backoff are left),
-    /// at most `max_passes` (the Go relay's ceiling is 10 000); the passes added up.
+    /// at most `max_passes` (the Go relay's ceiling is 10 000); the passes added up. Full
+    /// batches follow each other as in [`OutboxRelay::run`]: the next batch is fetched, and
+    /// those already published are marked, while up to [`OutboxRelay::window`] batches' publishes
+    /// are outstanding.
     ///
     /// # Errors
     /// As [`OutboxRelay::flush`].
     pub async fn drain(&self, max_passes: usize) -> Result<FlushReport, OutboxError> {
         let mut total = FlushReport::default();
-        for _ in 0..max_passes {
-            let pass = self.flush().await?;
-            total.published += pass.published;
-            total.failed += pass.failed;
-            if pass.published == 0 {
+        let mut left = max_passes;
+        while left > 0 {
+            let streak = self.streak(left, &|| false).await?;
+            total.add(streak.report);
+            left -= streak.batches;
+            if streak.report.published == 0 {
                 break;
             }
         }
@@ -171,19 +164,34 @@ impl<T: Transport> OutboxRelay<T> {
     }
 
     /// Flushes until `shutdown` stops it: a pass that found a full batch is followed by the next
-    /// at once, any other by [`OutboxRelay::poll_interval`]. A failing database is logged and
-    /// tried again after the interval. The pass under way when the stop comes is finished.
+    /// at once (fetched while the publishes of those before are outstanding), any other by
+    /// [`OutboxRelay::poll_interval`]. A failing database is logged and tried again after the
+    /// interval. The passes under way when the stop comes are finished.
     pub async fn run(&self, shutdown: Shutdown) {
+        let stopping = || shutdown.is_stopping();
         relay_until_stopped(&shutdown, self.poll_interval, || async {
-            match self.flush().await {
-                Ok(pass) => pass.published + pass.failed >= self.batch_size,
-                Err(error) => {
-                    tracing::warn!(table = self.store.name(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
-                    false
-                }
+            if let Err(error) = self.streak(usize::MAX, &stopping).await {
+                tracing::warn!(table = self.store.name(), error = %polyq_amqp::error_chain(&error), "an outbox pass failed; trying again");
             }
+            // A streak ends on a batch that was not full, at the stop, or at an error.
+            false
         })
         .await;
+    }
+
+    /// Passes back to back while each finds a full batch, at most `max_passes`, until `stop`
+    /// says so, pipelined by [`relay_streak`]: a row is marked published only once the
+    /// binding accepted it, as in [`OutboxRelay::flush`].
+    async fn streak(
+        &self,
+        max_passes: usize,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Streak<FlushReport>, OutboxError> {
+        let pipeline = Pipeline {
+            window: self.window,
+            max_batches: max_passes,
+        };
+        relay_streak(&Steps(self), pipeline, stop).await
     }
 
     /// Pending and failed rows and the lag.
@@ -200,8 +208,108 @@ impl<T: Transport> OutboxRelay<T> {
     }
 }
 
+impl FlushReport {
+    fn add(&mut self, report: FlushReport) {
+        self.published += report.published;
+        self.failed += report.failed;
+    }
+}
+
+/// A batch with the binding's answer for each row it sent, and the rows it could not send.
+struct Published {
+    /// Each sent row's id, failed attempts so far and outcome.
+    outcomes: Vec<(i64, i32, Result<(), String>)>,
+    /// Each row that can never be published, with the reason.
+    unpublishable: Vec<(i64, String)>,
+}
+
+/// The relay's steps as [`relay_streak`] overlaps them.
+struct Steps<'a, T>(&'a OutboxRelay<T>);
+
+impl<T: Transport> RelaySteps for Steps<'_, T> {
+    type Batch = Vec<OutboxRecord>;
+    type Published = Published;
+    type Report = FlushReport;
+    type Error = OutboxError;
+
+    async fn lease(&self) -> Result<Vec<OutboxRecord>, OutboxError> {
+        self.0.store.fetch_unpublished(self.0.batch_size).await
+    }
+
+    fn is_full(&self, batch: &Vec<OutboxRecord>) -> bool {
+        batch.len() >= self.0.batch_size
+    }
+
+    /// Publishes the stored bytes of every row that can be published, all at once, and waits
+    /// for the binding's answers.
+    async fn publish(&self, batch: Vec<OutboxRecord>) -> Published {
+        let relay = self.0;
+        let mut unpublishable = Vec::new();
+        let mut sending = Vec::with_capacity(batch.len());
+        for record in batch {
+            match unpublishable_reason(&record) {
+                Some(reason) => unpublishable.push((record.id, reason)),
+                None => sending.push(record),
+            }
+        }
+        let outcomes = join_all(sending.into_iter().map(|record| async move {
+            let OutboxRecord {
+                id,
+                queue,
+                body,
+                attempts,
+            } = record;
+            let outcome = relay
+                .transport
+                .publish(&queue, body.into(), &[])
+                .await
+                .map_err(|error| polyq_amqp::error_chain(&error));
+            (id, attempts, outcome)
+        }))
+        .await;
+        Published {
+            outcomes,
+            unpublishable,
+        }
+    }
+
+    /// Marks the rows that can never be published failed, the refused ones failed after a
+    /// backoff, and the accepted ones published in one statement.
+    async fn mark(&self, published: Published) -> Result<FlushReport, OutboxError> {
+        let relay = self.0;
+        let store = &relay.store;
+        let mut report = FlushReport::default();
+        for (id, reason) in published.unpublishable {
+            tracing::warn!(table = store.name(), id, %reason, "an outbox row cannot be published; it is marked failed");
+            store.mark_failed(id, &reason, Failure::Permanent).await?;
+            report.failed += 1;
+        }
+        let mut accepted = Vec::with_capacity(published.outcomes.len());
+        for (id, attempts, outcome) in published.outcomes {
+            match outcome {
+                Ok(()) => accepted.push(id),
+                Err(reason) => {
+                    tracing::warn!(table = store.name(), id, %reason, "an outbox publish failed; it is retried after a backoff");
+                    let backoff = relay.backoff_for(attempts);
+                    store
+                        .mark_failed(id, &reason, Failure::Retry { backoff })
+                        .await?;
+                    report.failed += 1;
+                }
+            }
+        }
+        store.mark_published(&accepted).await?;
+        report.published = accepted.len();
+        Ok(report)
+    }
+
+    fn add(total: &mut FlushReport, report: FlushReport) {
+        total.add(report);
+    }
+}
+
 /// Why a row can never be published as it is, if it cannot.
-fn unpublishable(record: &OutboxRecord) -> Option<String> {
+fn unpublishable_reason(record: &OutboxRecord) -> Option<String> {
     if is_blank(&record.queue) {
         return Some("the queue column is blank".to_owned());
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use polyq_runtime::outbox::OutboxStatus;
+use polyq_runtime::outbox::{OutboxStatus, relay_commit_clause};
 use sqlx::{PgConnection, PgPool, Row};
 
 use crate::outbox::error::OutboxError;
@@ -21,6 +21,7 @@ pub struct PgOutboxStore {
     db: PgPool,
     table: String,
     lease: Duration,
+    synchronous_commit: bool,
 }
 
 impl PgOutboxStore {
@@ -31,6 +32,7 @@ impl PgOutboxStore {
             db,
             table: DEFAULT_TABLE.to_owned(),
             lease: Duration::from_secs(60),
+            synchronous_commit: false,
         }
     }
 
@@ -47,6 +49,17 @@ impl PgOutboxStore {
     /// must outlast publishing one batch.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// Whether the relay's own statements (the fetch, the marks) wait for their commit to
+    /// reach the disk (default `false`). Without the wait, a database crash can forget the
+    /// last marks and leases: those rows are published again, duplicates with the same
+    /// `meta.id`, never lost, since the rows themselves were committed by the application's
+    /// own transaction under its own settings. `true` trades relay throughput for fewer such
+    /// duplicates after a database crash.
+    pub fn synchronous_commit(mut self, wait: bool) -> Self {
+        self.synchronous_commit = wait;
         self
     }
 
@@ -96,10 +109,11 @@ impl PgOutboxStore {
     /// [`OutboxError::Database`].
     pub async fn fetch_unpublished(&self, limit: usize) -> Result<Vec<OutboxRecord>, OutboxError> {
         let t = &self.table;
+        let commit = relay_commit_clause(self.synchronous_commit);
         let rows = sqlx::query(&format!(
             "WITH claimed AS ( \
                UPDATE {t} SET locked_until = now() + make_interval(secs => $1) \
-               WHERE id IN ( \
+               {commit} WHERE id IN ( \
                  SELECT id FROM {t} \
                  WHERE status = 'pending' AND (locked_until IS NULL OR locked_until < now()) \
                  ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) \
@@ -134,8 +148,9 @@ impl PgOutboxStore {
         }
         sqlx::query(&format!(
             "UPDATE {} SET status = 'published', published_at = now(), locked_until = NULL \
-             WHERE id = ANY($1)",
-            self.table
+             {} WHERE id = ANY($1)",
+            self.table,
+            relay_commit_clause(self.synchronous_commit)
         ))
         .bind(ids)
         .execute(&self.db)
@@ -163,8 +178,9 @@ impl PgOutboxStore {
         sqlx::query(&format!(
             "UPDATE {} SET status = $1, attempts = attempts + 1, last_error = $2, failed_at = now(), \
                locked_until = now() + make_interval(secs => $3) \
-             WHERE id = $4",
-            self.table
+             {} WHERE id = $4",
+            self.table,
+            relay_commit_clause(self.synchronous_commit)
         ))
         .bind(status)
         .bind(reason)

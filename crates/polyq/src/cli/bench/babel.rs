@@ -372,7 +372,7 @@ async fn acemq_end_to_end(args: &BabelArgs, body: Bytes) -> anyhow::Result<f64> 
 }
 
 /// Deletes what the queue's binding keeps for `queue`: the queue and its dead-letter queue.
-async fn remove(url: &str, queue: &BabelQueue) -> anyhow::Result<()> {
+pub(super) async fn remove(url: &str, queue: &BabelQueue) -> anyhow::Result<()> {
     let name = queue.queue();
     let dlq = queue.transport().dead_letter_queue(name);
     match queue.transport().as_ref() {
