@@ -131,3 +131,37 @@ async fn a_refused_publish_backs_off_and_is_published_later(env: &'static Env) {
     assert_eq!(&env.next_in(&queue).await.body[..], br#"{"id":1}"#);
 }
 polyq_testkit::both_brokers!(a_refused_publish_backs_off_and_is_published_later);
+
+/// A lease that a leased batch could outlive (its wait for a place in the window, then its own
+/// confirms) is refused before the relay runs, so another relay never takes rows still in flight.
+#[tokio::test]
+async fn a_lease_shorter_than_two_confirm_timeouts_is_refused() {
+    let mq = acemq::AceMq::connect("memory://outbox-lease")
+        .await
+        .unwrap();
+    let outbox = MemoryOutbox::new();
+    let refused = OutboxRelay::in_memory(&outbox, &mq)
+        .lease(Duration::from_secs(60))
+        .confirm_timeout(Duration::from_secs(30))
+        .build()
+        .map(drop);
+    assert!(
+        matches!(
+            &refused,
+            Err(acemq::outbox::OutboxError::InvalidOption {
+                option: "confirm_timeout",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let accepted = OutboxRelay::in_memory(&outbox, &mq)
+        .lease(Duration::from_secs(61))
+        .confirm_timeout(Duration::from_secs(30))
+        .build();
+    assert!(accepted.is_ok(), "{:?}", accepted.err());
+    assert!(
+        OutboxRelay::in_memory(&outbox, &mq).build().is_ok(),
+        "the defaults"
+    );
+}

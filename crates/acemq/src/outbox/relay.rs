@@ -120,9 +120,10 @@ impl OutboxRelayBuilder {
         self
     }
 
-    /// How long a claimed batch is held before another relay may take it (default 60 s); it
+    /// How long a claimed batch is held before another relay may take it (default 90 s); it
     /// must outlast publishing one batch, and the wait of a leased batch for a place in the
-    /// [`window`](OutboxRelayBuilder::window) before it (one confirm timeout at most).
+    /// [`window`](OutboxRelayBuilder::window) before it (one confirm timeout at most), so
+    /// [`build`](OutboxRelayBuilder::build) refuses a lease of two confirm timeouts or less.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -188,8 +189,9 @@ impl OutboxRelayBuilder {
         if self.lease.is_zero() || self.confirm_timeout.is_zero() {
             return invalid("lease and confirm_timeout", "must be positive");
         }
-        if self.confirm_timeout >= self.lease {
-            return invalid("confirm_timeout", "must be shorter than the lease");
+        // A leased batch may wait one confirm timeout for a place in the window, then its own.
+        if self.confirm_timeout * 2 >= self.lease {
+            return invalid("confirm_timeout", "must be shorter than half the lease");
         }
         let backend: Arc<dyn Backend> = match self.source {
             #[cfg(feature = "postgres")]
@@ -282,7 +284,7 @@ impl OutboxRelay {
             client: mq.client().clone(),
             batch_size: DEFAULT_BATCH_SIZE,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
-            lease: Duration::from_secs(60),
+            lease: Duration::from_secs(90),
             backoff_step: Duration::from_millis(50),
             backoff_cap: Duration::from_secs(5),
             confirm_timeout: Duration::from_secs(30),
