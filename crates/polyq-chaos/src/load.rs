@@ -13,6 +13,7 @@ use babelqueue::worker::Shutdown;
 use crate::binding::{Binding, Publisher};
 use crate::ledger::{Ledger, Tally};
 use crate::outcome::Outcome;
+use crate::timeline::Timeline;
 
 /// Publishing tasks, each waiting on its own confirms.
 const PUBLISHERS: u64 = 16;
@@ -74,6 +75,8 @@ impl Progress {
 /// What a fault reports: when it ended, and what it saw.
 #[derive(Debug)]
 pub struct FaultReport {
+    /// When the fault was injected.
+    pub began: Instant,
     /// When the broker or the network was whole again.
     pub ended: Instant,
     /// Facts for the report line.
@@ -125,6 +128,7 @@ impl Load {
         let confirms = Arc::new(Mutex::new(Vec::new()));
         let refusals = Arc::new(Refusals::default());
         let start = tokio::time::Instant::now();
+        let started = start.into_std();
         let give_up = Instant::now()
             + Duration::from_secs_f64(self.messages as f64 / self.rate as f64)
             + PUBLISH_SLACK;
@@ -202,6 +206,12 @@ impl Load {
         } else {
             longest_pause
         };
+        let timeline = Timeline::of(
+            started,
+            (report.began, report.ended),
+            confirmed.iter().map(|(_, at)| *at),
+            records.iter().map(|(_, at)| *at),
+        );
         let resent = refusals.count.load(Ordering::Acquire);
         let mut details = report.details;
         details.push(format!(
@@ -213,6 +223,15 @@ impl Load {
             "longest pause in processing after the fault {:.2}s",
             longest_pause.as_secs_f64()
         ));
+        // Seconds in which a backlog waited and less than half the publishing rate was
+        // processed: a worker that came back but crawls.
+        let crawl = timeline.longest_crawl(self.rate, 0.5);
+        if !crawl.is_zero() {
+            details.push(format!(
+                "processing below half the rate with a backlog for {}s after the fault",
+                crawl.as_secs()
+            ));
+        }
         if resent > 0 {
             details.push(format!(
                 "{resent} publishes refused and sent again (first: {})",
@@ -260,6 +279,7 @@ impl Load {
             resume: publish_back.max(consume_back),
             details,
             failure,
+            timeline: Some(timeline),
         })
     }
 }
