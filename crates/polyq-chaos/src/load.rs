@@ -13,7 +13,7 @@ use babelqueue::worker::Shutdown;
 use crate::binding::{Binding, Publisher};
 use crate::ledger::{Ledger, Tally};
 use crate::outcome::Outcome;
-use crate::timeline::Timeline;
+use crate::timeline::{CpuSample, Timeline};
 
 /// Publishing tasks, each waiting on its own confirms.
 const PUBLISHERS: u64 = 16;
@@ -127,6 +127,7 @@ impl Load {
         });
         let confirms = Arc::new(Mutex::new(Vec::new()));
         let refusals = Arc::new(Refusals::default());
+        let (cpu, sampling) = CpuSample::every_second();
         let start = tokio::time::Instant::now();
         let started = start.into_std();
         let give_up = Instant::now()
@@ -160,6 +161,7 @@ impl Load {
             tokio::time::sleep(POLL).await;
         }
         let stopped = Instant::now();
+        sampling.abort();
         shutdown.stop();
         let worker_result = tokio::time::timeout(Duration::from_secs(30), worker).await;
         if let Ok(publisher) = Arc::try_unwrap(progress) {
@@ -211,6 +213,7 @@ impl Load {
             (report.began, report.ended),
             confirmed.iter().map(|(_, at)| *at),
             records.iter().map(|(_, at)| *at),
+            &lock(&cpu),
         );
         let resent = refusals.count.load(Ordering::Acquire);
         let mut details = report.details;
