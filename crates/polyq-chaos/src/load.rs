@@ -3,6 +3,7 @@
 //! the family consumes them in this process. A fault runs beside them and says when it ended;
 //! afterwards every confirmed message must have been processed.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -153,9 +154,15 @@ impl Load {
 
         let confirmed: Vec<(u64, Instant)> = lock(&confirms).clone();
         let drained = Instant::now() + DRAIN_LIMIT;
+        let mut unprocessed: HashSet<u64> = confirmed.iter().map(|(seq, _)| *seq).collect();
+        let mut seen = 0;
         while Instant::now() < drained && !worker.is_finished() {
-            let tally = Tally::of(ledger.records().into_iter().map(|(seq, _)| seq));
-            if confirmed.iter().all(|(seq, _)| tally.contains(*seq)) {
+            let new = ledger.records_from(seen);
+            seen += new.len();
+            for (seq, _) in &new {
+                unprocessed.remove(seq);
+            }
+            if unprocessed.is_empty() {
                 break;
             }
             tokio::time::sleep(POLL).await;

@@ -42,7 +42,9 @@ impl Timeline {
             *column(&mut seconds[index]) += 1;
         };
         confirms.into_iter().for_each(|at| count(at, |s| &mut s.0));
-        processings.into_iter().for_each(|at| count(at, |s| &mut s.1));
+        processings
+            .into_iter()
+            .for_each(|at| count(at, |s| &mut s.1));
         let mut per_second = vec![None; seconds.len()];
         for pair in cpu.windows(2) {
             let index = usize::try_from(second(pair[1].at)).unwrap_or(usize::MAX);
@@ -187,13 +189,7 @@ mod tests {
             waiting: Duration::from_millis(waiting),
         };
         let samples = [cpu(500, 100, 10), cpu(1_500, 400, 60), cpu(2_500, 450, 560)];
-        let timeline = Timeline::of(
-            start,
-            (at(1_000), at(2_500)),
-            confirms,
-            processed,
-            &samples,
-        );
+        let timeline = Timeline::of(start, (at(1_000), at(2_500)), confirms, processed, &samples);
         assert_eq!(timeline.fault_began, 1);
         assert_eq!(timeline.fault_ended, 2);
         assert_eq!(
@@ -209,7 +205,10 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(CpuSample::now().is_some(), "Linux reports the process's CPU time");
+        assert!(
+            CpuSample::now().is_some(),
+            "Linux reports the process's CPU time"
+        );
         assert_eq!(text.lines().count(), 6);
     }
 }
