@@ -42,9 +42,12 @@ pub struct ClientOptions {
     /// second, so that publishing resumes within about a second of the broker taking
     /// connections again (see `docs/RELIABILITY.md`).
     pub reconnect_max: Duration,
-    /// How long a publish waits while the broker blocks the connection (RabbitMQ's memory and
-    /// disk alarms) before failing with [`Error::Blocked`]. Default 30 s, as in the Java
-    /// library. The embedded broker has no alarms, so it never waits.
+    /// How long a publish not sent yet waits while the broker blocks the connection
+    /// (RabbitMQ's memory and disk alarms) before failing, unsent, with [`Error::Blocked`].
+    /// A publish the block catches already sent is not bounded by it: its [`Confirm`] waits
+    /// for the broker's answer, which comes once the alarm clears, as a confirm does in the
+    /// Java and .NET clients (bound that wait with [`Client::timeout_unblocked`]). Default
+    /// 30 s. The embedded broker has no alarms, so it never waits.
     pub blocked_timeout: Duration,
     /// Trusted authorities and client certificate of an `amqps://` connection. Default: the
     /// system's roots, no client certificate.
@@ -52,7 +55,9 @@ pub struct ClientOptions {
     /// Publishes that outlive a connection loss: when `Some(within)`, a publish whose confirm
     /// was lost with the connection (or whose frames never reached the broker) is sent again,
     /// the same properties (message id included) and bytes, on the recovered connection, and
-    /// again after each further loss, until `within` after [`Client::publish`] was called.
+    /// again after each further loss, until `within` after [`Client::publish`] was called,
+    /// not counting the time the broker blocked the connection (an alarm holds confirms back;
+    /// it loses nothing).
     /// Its [`Confirm`] fails only when that deadline passes; a nack or a return is still the
     /// broker's answer. The broker may then hold the message twice (its first copy was routed
     /// but the confirm never came back): consumers dedupe on the message id.
@@ -347,6 +352,36 @@ impl Client {
             #[cfg(feature = "amqp")]
             Backend::Amqp(client) => client.health_watch(),
         }
+    }
+
+    /// Waits for `future` for at most `limit`, not counting the time the broker blocks this
+    /// connection (`connection.blocked`); `None` when the limit passed first. For a bound on a
+    /// publish's [`Confirm`]: a block holds the confirm back until the alarm clears, when the
+    /// broker answers it (ack or nack), so a bound that ran out meanwhile would have the
+    /// caller send again a message the broker still enqueues. Start it when the wait starts.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polyq_amqp::Error> {
+    /// use std::time::Duration;
+    /// use polyq_amqp::{Client, OutgoingMessage, Properties, PublishOutcome, QueueSpec};
+    ///
+    /// let client = Client::connect("memory://doc-timeout-unblocked").await?;
+    /// client.declare_queue(&QueueSpec::new("jobs")).await?;
+    /// let confirm = client
+    ///     .publish(OutgoingMessage::new("", "jobs", Properties::default(), "hello"))
+    ///     .await?;
+    /// let outcome = client.timeout_unblocked(Duration::from_secs(30), confirm).await;
+    /// assert!(matches!(outcome, Some(Ok(PublishOutcome::Acked))));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn timeout_unblocked<F: Future>(
+        &self,
+        limit: Duration,
+        future: F,
+    ) -> impl Future<Output = Option<F::Output>> + use<F> {
+        crate::health::unblocked_timeout(self.health_watch(), limit, future)
     }
 
     /// Declares an exchange (idempotent when the declaration matches).

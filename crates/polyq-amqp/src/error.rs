@@ -117,16 +117,13 @@ pub enum Error {
     },
     /// The broker blocked publishing on the connection (`connection.blocked`: a memory or disk
     /// alarm on RabbitMQ) and did not lift the block within
-    /// [`ClientOptions::blocked_timeout`](crate::ClientOptions::blocked_timeout). The block
-    /// lifts once the alarm clears; consuming carries on meanwhile. The embedded broker never
+    /// [`ClientOptions::blocked_timeout`](crate::ClientOptions::blocked_timeout), so the
+    /// message was not sent: publishing it again duplicates nothing. The block lifts once the
+    /// alarm clears; consuming carries on meanwhile. (A publish the block caught already sent
+    /// does not fail: its confirm waits for the broker's answer.) The embedded broker never
     /// blocks.
     #[error(
-        "publish to exchange `{exchange}` blocked by the broker for {waited_ms} ms ({reason}); {}",
-        if *may_have_been_published {
-            "the broker may still enqueue it once the alarm clears, so publish it again only if duplicates are harmless"
-        } else {
-            "it was not sent: publish it again once the broker has memory or disk to spare"
-        }
+        "publish to exchange `{exchange}` blocked by the broker for {waited_ms} ms ({reason}); it was not sent: publish it again once the broker has memory or disk to spare"
     )]
     Blocked {
         /// The exchange it was published to (`""` is the default exchange).
@@ -135,9 +132,6 @@ pub enum Error {
         reason: String,
         /// How long the publish waited for the block to lift.
         waited_ms: u64,
-        /// Whether the message was already sent when the block caught it, so that the broker
-        /// may enqueue it once it reads from the connection again.
-        may_have_been_published: bool,
     },
     /// An argument cannot be sent as given (for example a header name longer than AMQP allows).
     #[error("cannot {operation}: {reason}")]
@@ -209,17 +203,9 @@ impl Error {
     }
 
     /// Whether the broker might have enqueued the message although the publish failed (its
-    /// confirm was lost with the channel or connection, or a block of the connection caught it
-    /// already sent): publishing it again may duplicate it.
+    /// confirm was lost with the channel or connection): publishing it again may duplicate it.
     pub fn may_have_been_published(&self) -> bool {
-        matches!(
-            self,
-            Error::Unconfirmed { .. }
-                | Error::Blocked {
-                    may_have_been_published: true,
-                    ..
-                }
-        )
+        matches!(self, Error::Unconfirmed { .. })
     }
 }
 

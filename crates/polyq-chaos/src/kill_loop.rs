@@ -118,6 +118,7 @@ impl KillLoop {
             ],
             failure: (kills < self.kills)
                 .then(|| format!("only {kills} of {} kills within the limit", self.kills)),
+            timeline: None,
         })
     }
 

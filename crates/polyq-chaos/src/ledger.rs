@@ -69,12 +69,20 @@ impl Ledger {
 
     /// The records kept in memory so far (none for a file ledger).
     pub fn records(&self) -> Vec<(u64, Instant)> {
+        self.records_from(0)
+    }
+
+    /// The records kept in memory after the first `seen`, for a watcher that reads only what
+    /// is new (a copy of every record each time would cost the worker beside it its CPU).
+    pub fn records_from(&self, seen: usize) -> Vec<(u64, Instant)> {
         match &*self.sink {
             Sink::File(_) => Vec::new(),
             Sink::Memory(records) => records
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .clone(),
+                .get(seen..)
+                .map(<[_]>::to_vec)
+                .unwrap_or_default(),
         }
     }
 }

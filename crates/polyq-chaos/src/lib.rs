@@ -24,6 +24,7 @@ mod load;
 mod outcome;
 mod redis_server;
 mod scenario;
+mod timeline;
 
 pub use binding::{Binding, Publisher};
 pub use kill_loop::KillLoop;
@@ -32,3 +33,4 @@ pub use load::{FaultReport, Load, Progress};
 pub use outcome::Outcome;
 pub use redis_server::OwnRedis;
 pub use scenario::{Campaign, Ports, Scenario, Settings};
+pub use timeline::Timeline;

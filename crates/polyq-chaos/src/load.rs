@@ -3,6 +3,7 @@
 //! the family consumes them in this process. A fault runs beside them and says when it ended;
 //! afterwards every confirmed message must have been processed.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,7 @@ use babelqueue::worker::Shutdown;
 use crate::binding::{Binding, Publisher};
 use crate::ledger::{Ledger, Tally};
 use crate::outcome::Outcome;
+use crate::timeline::{CpuSample, Timeline};
 
 /// Publishing tasks, each waiting on its own confirms.
 const PUBLISHERS: u64 = 16;
@@ -74,6 +76,8 @@ impl Progress {
 /// What a fault reports: when it ended, and what it saw.
 #[derive(Debug)]
 pub struct FaultReport {
+    /// When the fault was injected.
+    pub began: Instant,
     /// When the broker or the network was whole again.
     pub ended: Instant,
     /// Facts for the report line.
@@ -124,7 +128,9 @@ impl Load {
         });
         let confirms = Arc::new(Mutex::new(Vec::new()));
         let refusals = Arc::new(Refusals::default());
+        let (cpu, sampling) = CpuSample::every_second();
         let start = tokio::time::Instant::now();
+        let started = start.into_std();
         let give_up = Instant::now()
             + Duration::from_secs_f64(self.messages as f64 / self.rate as f64)
             + PUBLISH_SLACK;
@@ -148,14 +154,21 @@ impl Load {
 
         let confirmed: Vec<(u64, Instant)> = lock(&confirms).clone();
         let drained = Instant::now() + DRAIN_LIMIT;
+        let mut unprocessed: HashSet<u64> = confirmed.iter().map(|(seq, _)| *seq).collect();
+        let mut seen = 0;
         while Instant::now() < drained && !worker.is_finished() {
-            let tally = Tally::of(ledger.records().into_iter().map(|(seq, _)| seq));
-            if confirmed.iter().all(|(seq, _)| tally.contains(*seq)) {
+            let new = ledger.records_from(seen);
+            seen += new.len();
+            for (seq, _) in &new {
+                unprocessed.remove(seq);
+            }
+            if unprocessed.is_empty() {
                 break;
             }
             tokio::time::sleep(POLL).await;
         }
         let stopped = Instant::now();
+        sampling.abort();
         shutdown.stop();
         let worker_result = tokio::time::timeout(Duration::from_secs(30), worker).await;
         if let Ok(publisher) = Arc::try_unwrap(progress) {
@@ -202,6 +215,13 @@ impl Load {
         } else {
             longest_pause
         };
+        let timeline = Timeline::of(
+            started,
+            (report.began, report.ended),
+            confirmed.iter().map(|(_, at)| *at),
+            records.iter().map(|(_, at)| *at),
+            &lock(&cpu),
+        );
         let resent = refusals.count.load(Ordering::Acquire);
         let mut details = report.details;
         details.push(format!(
@@ -213,6 +233,15 @@ impl Load {
             "longest pause in processing after the fault {:.2}s",
             longest_pause.as_secs_f64()
         ));
+        // Seconds in which a backlog waited and less than half the publishing rate was
+        // processed: a worker that came back but crawls.
+        let crawl = timeline.longest_crawl(self.rate, 0.5);
+        if !crawl.is_zero() {
+            details.push(format!(
+                "processing below half the rate with a backlog for {}s after the fault",
+                crawl.as_secs()
+            ));
+        }
         if resent > 0 {
             details.push(format!(
                 "{resent} publishes refused and sent again (first: {})",
@@ -260,6 +289,7 @@ impl Load {
             resume: publish_back.max(consume_back),
             details,
             failure,
+            timeline: Some(timeline),
         })
     }
 }

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use polyq_chaos::{Binding, Campaign, FaultReport, Ledger, Load, Scenario, Settings};
+use polyq_chaos::{
+    Binding, Campaign, FaultReport, Ledger, Load, Outcome, Ports, Scenario, Settings,
+};
 
 #[derive(Parser)]
 #[command(about = "The polyq fault campaign, on real brokers")]
@@ -31,6 +33,14 @@ enum Command {
         /// How long an alarm is held, in seconds.
         #[arg(long, default_value_t = 30)]
         alarm_seconds: u64,
+        /// Start the campaign's own RabbitMQ node, Redis server and proxies on free ports
+        /// instead of its fixed ones (5720, 7300, 7400 and up), to run beside another campaign.
+        #[arg(long)]
+        free_ports: bool,
+        /// After each line, the messages confirmed and processed in every second of the
+        /// traffic, the fault's seconds marked.
+        #[arg(long)]
+        timeline: bool,
     },
     /// Prints every scenario's name.
     List,
@@ -58,6 +68,9 @@ enum Command {
         /// Messages per second.
         #[arg(long, default_value_t = 500)]
         rate: u64,
+        /// After the line, the messages confirmed and processed in every second.
+        #[arg(long)]
+        timeline: bool,
     },
     /// A worker recording each processed message in LEDGER before settling it; runs until
     /// killed. Started by the kill loops.
@@ -119,6 +132,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             messages,
             kills,
             alarm_seconds,
+            free_ports,
+            timeline,
         } => {
             let scenarios = if scenarios.is_empty() {
                 Scenario::all()
@@ -133,13 +148,16 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             settings.kill_messages = messages;
             settings.kills = kills;
             settings.alarm = Duration::from_secs(alarm_seconds);
+            if free_ports {
+                settings.ports = Ports::default();
+            }
             let mut campaign = Campaign::new(settings);
             let mut passed = true;
             for scenario in scenarios {
                 match campaign.run(scenario).await {
                     Ok(outcome) => {
                         passed &= outcome.passed();
-                        println!("{outcome}");
+                        report(&outcome, timeline);
                     }
                     Err(error) => {
                         passed = false;
@@ -161,6 +179,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             lead_seconds,
             messages,
             rate,
+            timeline,
         } => {
             let load = Load {
                 binding,
@@ -172,6 +191,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let outcome = load
                 .run(&name, |progress| async move {
                     progress.until_confirmed(rate * lead_seconds).await;
+                    let began = Instant::now();
                     let status = tokio::process::Command::new("sh")
                         .args(["-c", &fault])
                         .env("POLYQ_CHAOS_QUEUE", progress.queue())
@@ -179,6 +199,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                         .await?;
                     let ended = Instant::now();
                     Ok(FaultReport {
+                        began,
                         ended,
                         details: vec![format!("fault `{fault}`")],
                         failure: (!status.success())
@@ -186,12 +207,20 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     })
                 })
                 .await?;
-            println!("{outcome}");
+            report(&outcome, timeline);
             Ok(if outcome.passed() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
             })
         }
+    }
+}
+
+/// Prints the outcome's line and, when asked for, its timeline below it.
+fn report(outcome: &Outcome, timeline: bool) {
+    println!("{outcome}");
+    if let Some(seconds) = outcome.timeline.as_ref().filter(|_| timeline) {
+        print!("{seconds}");
     }
 }

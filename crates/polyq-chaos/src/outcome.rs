@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::timeline::Timeline;
+
 /// The result of one scenario: one line of the campaign's report.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -23,6 +25,8 @@ pub struct Outcome {
     pub details: Vec<String>,
     /// A check of the scenario's own that failed (publishers never blocked by an alarm, ...).
     pub failure: Option<String>,
+    /// Confirmed and processed messages per second, for a scenario under steady traffic.
+    pub timeline: Option<Timeline>,
 }
 
 impl Outcome {

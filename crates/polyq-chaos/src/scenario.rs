@@ -213,10 +213,12 @@ impl Campaign {
                 let load = traffic(&s, binding, redis.url(), redis.url());
                 load.run(&name, |progress| async move {
                     progress.until_confirmed(lead_messages(&s)).await;
+                    let began = Instant::now();
                     redis.kill()?;
                     tokio::time::sleep(s.outage).await;
                     let ended = redis.restart().await?;
                     Ok(FaultReport {
+                        began,
                         ended,
                         details: vec![format!(
                             "redis-server killed with SIGKILL, down {:.0}s",
@@ -234,11 +236,13 @@ impl Campaign {
                 let port = node.port();
                 load.run(&name, |progress| async move {
                     progress.until_confirmed(lead_messages(&s)).await;
+                    let began = Instant::now();
                     ctl(node, &["stop_app"])?;
                     tokio::time::sleep(s.outage).await;
                     ctl(node, &["start_app"])?;
                     let ended = accepting(port).await?;
                     Ok(FaultReport {
+                        began,
                         ended,
                         details: vec![format!(
                             "stop_app, {:.0}s, start_app",
@@ -259,6 +263,7 @@ impl Campaign {
                 load.run(&name, |progress| async move {
                     progress.until_confirmed(lead_messages(&s)).await;
                     let before = progress.confirmed();
+                    let began = Instant::now();
                     let detail = if cut {
                         proxy.cut();
                         tokio::time::sleep(s.outage).await;
@@ -276,6 +281,7 @@ impl Campaign {
                         )
                     };
                     Ok(FaultReport {
+                        began,
                         ended: Instant::now(),
                         details: vec![detail],
                         failure: None,
@@ -320,6 +326,7 @@ impl Campaign {
                         Some(_) => None,
                     };
                     Ok(FaultReport {
+                        began: raised,
                         ended,
                         details: vec![format!(
                             "publishers blocked {} after the alarm, held {:.0}s, {while_blocked} confirmed meanwhile",

@@ -175,7 +175,9 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
         self
     }
 
-    /// How long a send waits for the broker's confirm. Default 30 s.
+    /// How long a send waits for the broker's confirm, not counting the time the broker blocks
+    /// the connection (a memory or disk alarm holds every confirm back until it clears, and
+    /// the broker then answers them). Default 30 s.
     pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
         self.options.confirm_timeout = timeout;
         self
@@ -302,11 +304,13 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
             .map_err(|e| failed(e.into()))?;
         let publisher = Arc::clone(&self.inner);
         let timeout = self.options.confirm_timeout;
+        // A block of the connection holds the confirm back until the alarm clears, when the
+        // broker answers it; the timeout does not run meanwhile.
+        let outcome = shared.client.timeout_unblocked(timeout, confirm);
         Ok(PendingConfirm {
             future: Box::pin(async move {
                 let _permit = permit;
-                let outcome = tokio::time::timeout(timeout, confirm).await;
-                publisher.settle(outcome, timeout, envelope, started, &span)
+                publisher.settle(outcome.await, timeout, envelope, started, &span)
             }),
         })
     }
@@ -404,26 +408,26 @@ impl<T: ?Sized, E: Encode<T>> Publisher<T, E> {
 impl<E> Inner<E> {
     fn settle(
         &self,
-        outcome: Result<polyq_amqp::Result<PublishOutcome>, tokio::time::error::Elapsed>,
+        outcome: Option<polyq_amqp::Result<PublishOutcome>>,
         timeout: Duration,
         envelope: Envelope,
         started: Instant,
         span: &Span,
     ) -> Result<Envelope, RuntimeError> {
         let result = match outcome {
-            Ok(Ok(PublishOutcome::Acked)) => Ok(envelope),
+            Some(Ok(PublishOutcome::Acked)) => Ok(envelope),
             // The client attributes every return to its own publish.
-            Ok(Ok(PublishOutcome::Returned(returned))) => Err(RuntimeError::Unroutable {
+            Some(Ok(PublishOutcome::Returned(returned))) => Err(RuntimeError::Unroutable {
                 exchange: self.exchange.clone(),
                 routing_key: self.routing_key.clone(),
                 reply_text: returned.reply_text,
             }),
-            Ok(Ok(PublishOutcome::Nacked)) => Err(RuntimeError::Nacked {
+            Some(Ok(PublishOutcome::Nacked)) => Err(RuntimeError::Nacked {
                 exchange: self.exchange.clone(),
                 routing_key: self.routing_key.clone(),
             }),
-            Ok(Err(error)) => Err(error.into()),
-            Err(_) => Err(RuntimeError::ConfirmTimeout {
+            Some(Err(error)) => Err(error.into()),
+            None => Err(RuntimeError::ConfirmTimeout {
                 exchange: self.exchange.clone(),
                 routing_key: self.routing_key.clone(),
                 timeout,

@@ -26,6 +26,7 @@ use super::session::{PublishingChannel, Session};
 use super::supervisor::Shared;
 use crate::Confirm;
 use crate::error::{Error, Result};
+use crate::health::UnblockedDeadline;
 use crate::message::{OutgoingMessage, PublishOutcome, ReturnedMessage};
 
 const OPERATION: &str = "publish";
@@ -45,39 +46,36 @@ const UNWRITTEN_RESENDS: u8 = 3;
 /// frames did not all arrive, so a retry cannot lose it, only (rarely) duplicate it.
 ///
 /// While the broker blocks the connection the message is not sent: it waits for the block to
-/// lift, up to `blocked_timeout`. A block that catches it sent but unconfirmed fails its
-/// confirm once it has lasted `blocked_timeout`.
+/// lift, up to `blocked_timeout`. A block that catches it sent but unconfirmed is waited out
+/// however long it lasts: the broker answers the publish once the alarm clears, and failing it
+/// earlier would have the caller send again what the broker still enqueues. The resend
+/// deadline does not run while the connection is blocked either.
 pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> Result<Confirm> {
     let blocked_timeout = shared.options.blocked_timeout;
     if let Err(reason) =
         blocked::unblocked_within(&mut shared.health.watch(), blocked_timeout).await
     {
-        return Err(blocked::error(
-            message.exchange,
-            reason,
-            blocked_timeout,
-            false,
-        ));
+        return Err(blocked::error(message.exchange, reason, blocked_timeout));
     }
     let exchange = message.exchange.clone();
-    let resend_until = shared
+    let mut resend_until = shared
         .options
         .resend_lost
-        .map(|within| Instant::now() + within);
+        .map(|within| UnblockedDeadline::new(shared.health.watch(), within));
     let mut in_flight = send(shared, message, None).await?;
     let shared = Arc::clone(shared);
     Ok(Confirm::new(async move {
-        let outlasted = blocked::blocked_for(shared.health.watch(), blocked_timeout);
-        tokio::pin!(outlasted);
         let mut resends = 0;
         loop {
-            let settled = tokio::select! {
-                biased;
-                settled = &mut in_flight.answered => settled,
-                reason = &mut outlasted => {
-                    return Err(blocked::error(exchange, reason, blocked_timeout, true));
-                }
+            let settled = match resend_until.as_mut() {
+                Some(deadline) => tokio::select! {
+                    biased;
+                    settled = &mut in_flight.answered => settled,
+                    never = deadline.track() => match never {},
+                },
+                None => (&mut in_flight.answered).await,
             };
+            let until = resend_until.as_mut().map(UnblockedDeadline::at);
             match settled {
                 Ok(Settled::Outcome(outcome)) => {
                     if matches!(outcome, Ok(PublishOutcome::Nacked)) {
@@ -88,19 +86,19 @@ pub(super) async fn publish(shared: &Arc<Shared>, message: OutgoingMessage) -> R
                     return outcome;
                 }
                 Ok(Settled::Unwritten { message, .. })
-                    if resends < UNWRITTEN_RESENDS && resend_until.is_none() =>
+                    if resends < UNWRITTEN_RESENDS && until.is_none() =>
                 {
                     resends += 1;
                     in_flight = send(&shared, message, None).await?;
                 }
-                Ok(Settled::Unwritten { message, error }) => match resend_until {
+                Ok(Settled::Unwritten { message, error }) => match until {
                     Some(until) if Instant::now() < until => {
                         in_flight =
                             resend(&shared, message, until, unwritten(&exchange, error)).await?;
                     }
                     _ => return Err(unwritten(&message.exchange, error)),
                 },
-                Ok(Settled::Lost { message, error }) => match resend_until {
+                Ok(Settled::Lost { message, error }) => match until {
                     Some(until) if Instant::now() < until => {
                         in_flight = resend(&shared, message, until, error).await?;
                     }
