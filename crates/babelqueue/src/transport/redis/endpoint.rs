@@ -138,9 +138,13 @@ impl Endpoint {
         Ok(match self {
             Endpoint::Node(client) => Commands::Managed(ConnectionManager::new_lazy_with_config(
                 client.clone(),
+                // The reconnect backoff is capped at 1 s, as the AMQP client's is, so a worker
+                // resumes within about a second of the server coming back, not after the
+                // crate's uncapped doubling.
                 ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(options.connection_timeout))
-                    .set_response_timeout(Some(options.response_timeout)),
+                    .set_response_timeout(Some(options.response_timeout))
+                    .set_max_delay(Duration::from_secs(1)),
             )?),
             Endpoint::Sentinel(..) => Commands::Sentinel(Mutex::new(None)),
             Endpoint::Cluster(clients) => {
