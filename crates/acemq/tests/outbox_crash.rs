@@ -45,11 +45,7 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it() {
         COMMITTED,
     )
     .await;
-    child.start_kill().expect("SIGKILL");
-    assert!(
-        !child.wait().await.unwrap().success(),
-        "killed, not finished"
-    );
+    polyq_testkit::child::kill_9(&mut child).await;
     assert_eq!(
         mq.client()
             .inspect_queue(&queue)

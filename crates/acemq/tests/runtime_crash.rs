@@ -34,9 +34,7 @@ async fn kill_9_mid_handler_loses_nothing() {
         common::spawn_child_consumer(&[(QUEUE_VAR, queue.as_str())], STARTED).await;
     assert_eq!(handled, sent.id());
 
-    child.start_kill().expect("SIGKILL");
-    let status = child.wait().await.unwrap();
-    assert!(!status.success(), "killed, not finished: {status:?}");
+    polyq_testkit::child::kill_9(&mut child).await;
 
     let mut consumer = mq
         .client()

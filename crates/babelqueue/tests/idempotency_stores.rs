@@ -242,3 +242,98 @@ async fn the_shipped_migration_creates_both_default_tables() {
         .await
         .unwrap();
 }
+
+/// Claims of one id made at once (batched into one statement, or a few) are won exactly once;
+/// claims of distinct ids among them are each won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_claims_win_each_id_once() {
+    let (pool, table) = table().await;
+    let store = PostgresClaimingStore::new(pool.clone())
+        .table(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    let ids: Vec<String> = (0..40)
+        .map(|n| format!("id-{}", n % 10))
+        .chain((0..60).map(|n| format!("solo-{n}")))
+        .collect();
+    let won = futures_util::future::join_all(ids.iter().map(|id| store.claim(id, TTL))).await;
+    let mut winners = std::collections::HashMap::<&str, usize>::new();
+    for (id, won) in ids.iter().zip(won) {
+        if won.unwrap() {
+            *winners.entry(id.as_str()).or_default() += 1;
+        }
+    }
+    assert_eq!(winners.len(), 70, "every id was won: {winners:?}");
+    assert!(winners.values().all(|&wins| wins == 1), "{winners:?}");
+
+    let committed = ids.iter().step_by(2).map(|id| store.remember(id));
+    for commit in futures_util::future::join_all(committed).await {
+        commit.unwrap();
+    }
+    let seen = futures_util::future::join_all(ids.iter().map(|id| store.seen(id))).await;
+    let expected: std::collections::HashSet<&String> = ids.iter().step_by(2).collect();
+    for (id, seen) in ids.iter().zip(seen) {
+        assert_eq!(seen.unwrap(), expected.contains(id), "{id}");
+    }
+    drop_table(&pool, &table).await;
+}
+
+/// An id the table cannot hold (past `VARCHAR(255)`) fails its own call, not the others
+/// batched with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_id_the_table_refuses_fails_only_its_own_call() {
+    let (pool, table) = table().await;
+    let store = PostgresClaimingStore::new(pool.clone())
+        .table(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    let long = "x".repeat(300);
+    let ids: Vec<String> = (0..30)
+        .map(|n| format!("ok-{n}"))
+        .chain([long.clone()])
+        .collect();
+    let claims = futures_util::future::join_all(ids.iter().map(|id| store.claim(id, TTL))).await;
+    for (id, claim) in ids.iter().zip(&claims) {
+        if *id == long {
+            assert!(
+                matches!(claim, Err(babelqueue::Error::StoreFailed { .. })),
+                "{claim:?}"
+            );
+        } else {
+            assert!(matches!(claim, Ok(true)), "{id}: {claim:?}");
+        }
+    }
+    let commits = futures_util::future::join_all(ids.iter().map(|id| store.remember(id))).await;
+    for (id, commit) in ids.iter().zip(commits) {
+        assert_eq!(commit.is_err(), *id == long, "{id}");
+    }
+    drop_table(&pool, &table).await;
+}
+
+/// Lookups and records made at once on the seen-set each get their own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_seen_set_answers_each_of_concurrent_calls() {
+    let (pool, table) = table().await;
+    let store = PostgresStore::new(pool.clone()).table(&table).unwrap();
+    store.migrate().await.unwrap();
+    let ids: Vec<String> = (0..100).map(|n| format!("id-{}", n % 50)).collect();
+    let remembered = ids
+        .iter()
+        .filter(|id| id.ends_with('7'))
+        .map(|id| store.remember(id));
+    for remember in futures_util::future::join_all(remembered).await {
+        remember.unwrap();
+    }
+    let seen = futures_util::future::join_all(ids.iter().map(|id| store.seen(id))).await;
+    for (id, seen) in ids.iter().zip(seen) {
+        assert_eq!(seen.unwrap(), id.ends_with('7'), "{id}");
+    }
+    let rows: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {table} WHERE expires_at IS NULL"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, 5, "one row per id, no expiry without a TTL");
+    drop_table(&pool, &table).await;
+}

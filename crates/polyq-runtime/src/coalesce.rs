@@ -124,6 +124,32 @@ where
     }
 }
 
+/// A batch's keys once each, in sorted order, each with the values it came with folded by
+/// `merge`. What a batched upsert binds: PostgreSQL refuses a statement that touches one row
+/// twice, and batches that lock rows in one order cannot deadlock each other.
+///
+/// ```
+/// let batch = [("b".to_owned(), 1), ("a".to_owned(), 5), ("b".to_owned(), 3)];
+/// let (keys, values) = polyq_runtime::coalesce::distinct_sorted(&batch, i64::max);
+/// assert_eq!((keys, values), (vec!["a".to_owned(), "b".to_owned()], vec![5, 3]));
+/// ```
+pub fn distinct_sorted<V: Copy>(
+    batch: &[(String, V)],
+    merge: impl Fn(V, V) -> V,
+) -> (Vec<String>, Vec<V>) {
+    let mut merged: std::collections::BTreeMap<&str, V> = std::collections::BTreeMap::new();
+    for (key, value) in batch {
+        merged
+            .entry(key)
+            .and_modify(|held| *held = merge(*held, *value))
+            .or_insert(*value);
+    }
+    merged
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .unzip()
+}
+
 /// The batching task: ends when every [`Coalescer`] clone is gone and the batches under way
 /// finished.
 async fn batches<I, O, E>(

@@ -4,6 +4,7 @@
 //! message naming the broker and its URL: a broker test never passes silently.
 
 pub mod brokers;
+pub mod child;
 pub mod proxy;
 pub mod rabbitmq;
 pub mod rabbitmq_cluster;

@@ -1,7 +1,7 @@
-//! `polyq bench acemq`, `polyq bench babel` and `polyq bench idempotency` on the embedded broker
-//! (the last with the real PostgreSQL and Redis as stores), and `polyq bench dlq` on RabbitMQ and
-//! Redis, run as the built binary with tiny counts: the output has every figure, and every figure
-//! is a number. No timing is asserted.
+//! `polyq bench acemq`, `polyq bench babel` and `polyq bench idempotency` (both families) on the
+//! embedded broker (the last with the real PostgreSQL and Redis as stores), and `polyq bench dlq`
+//! on RabbitMQ and Redis, run as the built binary with tiny counts: the output has every figure,
+//! and every figure is a number. No timing is asserted.
 
 use std::process::Command;
 
@@ -108,33 +108,49 @@ fn bench_babel_refuses_an_acemq_comparison_on_redis() {
 
 #[test]
 fn bench_idempotency_prints_both_sides_and_the_ratio_for_each_store() {
+    let consumers: [&[&str]; 3] = [
+        &["--family", "acemq"],
+        &["--family", "babelqueue", "--contract", "claiming"],
+        &["--family", "babelqueue", "--contract", "seen-set"],
+    ];
     for (store, db) in [
         ("postgres", polyq_testkit::postgres_url()),
         ("redis", polyq_testkit::redis_url()),
     ] {
-        let output = bench(&[
-            "idempotency",
-            "--store",
-            store,
-            "--db",
-            &db,
-            "--url",
-            &format!("memory://bench-cli-idempotency-{store}"),
-            "--messages",
-            "200",
-            "--rounds",
-            "1",
-            "--concurrency",
-            "8",
-            "--prefetch",
-            "50",
-        ]);
-        assert!(
-            figure(&output, "round 1:", "plain consume") > 0.0,
-            "{output}"
-        );
-        assert!(figure(&output, "round 1:", "idempotent") > 0.0, "{output}");
-        assert!(figure(&output, "ratio:", "ratio:") > 0.0, "{output}");
+        for consumer in consumers {
+            let url = format!("memory://bench-cli-idempotency-{store}-{}", consumer.len());
+            let mut args = vec![
+                "idempotency",
+                "--store",
+                store,
+                "--db",
+                &db,
+                "--url",
+                &url,
+                "--messages",
+                "200",
+                "--rounds",
+                "1",
+                "--concurrency",
+                "8",
+                "--prefetch",
+                "50",
+            ];
+            args.extend_from_slice(consumer);
+            let output = bench(&args);
+            assert!(
+                figure(&output, "round 1:", "plain consume") > 0.0,
+                "{consumer:?}: {output}"
+            );
+            assert!(
+                figure(&output, "round 1:", "idempotent") > 0.0,
+                "{consumer:?}: {output}"
+            );
+            assert!(
+                figure(&output, "ratio:", "ratio:") > 0.0,
+                "{consumer:?}: {output}"
+            );
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use polyq_runtime::coalesce::{BatchFn, Coalescer};
+use polyq_runtime::coalesce::{BatchFn, Coalescer, distinct_sorted};
 use sqlx::{PgPool, Row};
 
 use super::{CLAIMED, CONFIRMED, ClaimResult, IdempotencyStore, Lease, StoreError, node_id};
@@ -217,7 +217,7 @@ async fn claim_batch(
     node: &str,
     batch: Vec<(String, f64)>,
 ) -> Result<Vec<ClaimResult>, sqlx::Error> {
-    let (keys, ttls) = distinct_sorted(&batch);
+    let (keys, ttls) = distinct_sorted(&batch, f64::max);
     let won: Vec<String> = sqlx::query_scalar(&statements.claim)
         .bind(&keys)
         .bind(&ttls)
@@ -275,7 +275,7 @@ fn confirms(
         Arc::new(move |batch: Vec<(String, f64)>| {
             let (pool, statements) = (pool.clone(), Arc::clone(&statements));
             Box::pin(async move {
-                let (keys, ttls) = distinct_sorted(&batch);
+                let (keys, ttls) = distinct_sorted(&batch, f64::max);
                 sqlx::query(&statements.confirm)
                     .bind(&keys)
                     .bind(&ttls)
@@ -286,20 +286,6 @@ fn confirms(
             })
         });
     Coalescer::new(MAX_BATCH, CONCURRENT_BATCHES, run)
-}
-
-/// The batch's keys once each, sorted (an upsert may touch a row only once, and batches that
-/// lock rows in one order cannot deadlock), each with the longest of its durations.
-fn distinct_sorted(batch: &[(String, f64)]) -> (Vec<String>, Vec<f64>) {
-    let mut longest: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
-    for (key, ttl) in batch {
-        let entry = longest.entry(key).or_insert(*ttl);
-        *entry = entry.max(*ttl);
-    }
-    longest
-        .into_iter()
-        .map(|(key, ttl)| (key.to_owned(), ttl))
-        .unzip()
 }
 
 /// Refuses anything but a plain SQL identifier.

@@ -138,24 +138,5 @@ pub async fn spawn_child(
     env: &[(&str, &str)],
     started: &str,
 ) -> (tokio::process::Child, String) {
-    use tokio::io::{AsyncBufReadExt as _, BufReader};
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", test, "--nocapture"])
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the test binary runs again as the consumer");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let rest = tokio::time::timeout(LIMIT, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(rest) = line.strip_prefix(started) {
-                return rest.to_owned();
-            }
-        }
-        panic!("the child process ended before it said `{started}`");
-    })
-    .await
-    .expect("the child process got there in time");
-    (child, rest)
+    polyq_testkit::child::spawn(test, env, started, LIMIT).await
 }

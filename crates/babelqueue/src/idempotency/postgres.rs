@@ -1,15 +1,34 @@
 //! The PostgreSQL stores, in the upstream table layouts so that consumers in other languages
 //! share them: [`PostgresStore`] is the Go SDK's `idempotency-postgres` (`babelqueue_idempotency`),
-//! [`PostgresClaimingStore`] the PHP SDK's `PdoStore` (`bq_idempotency`). Each claim is one
+//! [`PostgresClaimingStore`] the PHP SDK's `PdoStore` (`bq_idempotency`). A claim is an
 //! `INSERT ... ON CONFLICT ... RETURNING`: the returned row, not a database error code, says who
 //! won.
+//!
+//! Lookups, claims and commits made at the same time (a worker with a concurrency above 1, or
+//! several workers on one store) go to the database together, one statement for the batch
+//! ([`polyq_runtime::coalesce`]): each id still gets its own answer, and each caller returns only
+//! once its batch committed, so a commit still precedes the acknowledgement. Ids are written in
+//! sorted order, so two batches touching the same ids cannot deadlock. A batch the database
+//! refuses (an id it cannot store, such as one past the column's length) is tried again one id at
+//! a time, so only that id's message fails.
 
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+use polyq_runtime::coalesce::{BatchFn, Coalescer, distinct_sorted};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::{ClaimingStore, IdempotencyStore, StoreFuture};
 use crate::error::{Error, Result};
+
+/// Ids one statement looks up, claims or commits at most.
+const MAX_BATCH: usize = 256;
+/// Batch statements of one kind running at once. A claiming store runs three kinds (lookups,
+/// claims, commits): at most six of the pool's connections (sqlx's default pool has 10), leaving
+/// room for releases and forgets.
+const CONCURRENT_BATCHES: usize = 2;
 
 /// The seen-set table, as shipped in `migrations/postgres/idempotency_0001_seen_set.sql`.
 pub const SEEN_SET_MIGRATION: &str =
@@ -24,8 +43,132 @@ pub const SEEN_SET_TABLE: &str = "babelqueue_idempotency";
 /// The claiming store's table unless told otherwise (the PHP SDK's `PdoStore`).
 pub const CLAIMING_TABLE: &str = "bq_idempotency";
 
-fn failed(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+fn failed<E: std::error::Error + Send + Sync + 'static>(
+    operation: &'static str,
+) -> impl FnOnce(E) -> Error {
     super::failed("postgres", operation)
+}
+
+/// One statement for a batch of items: an answer for each, in order.
+type Statement<I, O> =
+    for<'a> fn(&'a PgPool, &'a str, &'a [I]) -> BoxFuture<'a, sqlx::Result<Vec<O>>>;
+
+/// Concurrent calls of one kind, answered by one statement per batch; an item the database
+/// refused alone gets its own error.
+type Batched<I, O> = Coalescer<I, std::result::Result<O, Arc<sqlx::Error>>, Arc<sqlx::Error>>;
+
+/// Batches calls into `statement` running `sql` on `pool`. When the database refuses a batch of
+/// several items, each is run alone, so an item it cannot take fails only its own call; a batch
+/// that never reached the database (a lost connection) fails every call in it.
+fn batched<I, O>(pool: &PgPool, sql: String, statement: Statement<I, O>) -> Batched<I, O>
+where
+    I: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let (pool, sql) = (pool.clone(), Arc::<str>::from(sql));
+    let run: BatchFn<I, std::result::Result<O, Arc<sqlx::Error>>, Arc<sqlx::Error>> =
+        Arc::new(move |items: Vec<I>| {
+            let (pool, sql) = (pool.clone(), Arc::clone(&sql));
+            Box::pin(async move {
+                match statement(&pool, &sql, &items).await {
+                    Ok(answers) => Ok(answers.into_iter().map(Ok).collect()),
+                    Err(sqlx::Error::Database(_)) if items.len() > 1 => {
+                        let mut answers = Vec::with_capacity(items.len());
+                        for item in &items {
+                            match statement(&pool, &sql, std::slice::from_ref(item)).await {
+                                Ok(answer) => answers.extend(answer.into_iter().map(Ok)),
+                                Err(error) => answers.push(Err(Arc::new(error))),
+                            }
+                        }
+                        Ok(answers)
+                    }
+                    Err(error) => Err(Arc::new(error)),
+                }
+            })
+        });
+    Coalescer::new(MAX_BATCH, CONCURRENT_BATCHES, run)
+}
+
+/// Submits `item` to `batched` and waits for its answer.
+async fn ask<I, O>(batched: &Batched<I, O>, item: I, operation: &'static str) -> Result<O>
+where
+    I: Send + 'static,
+    O: Send + 'static,
+{
+    match batched.call(item).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(refused)) => Err(failed(operation)(refused)),
+        Err(batch) => Err(failed(operation)(batch)),
+    }
+}
+
+/// Which of the ids `sql` finds (it selects `message_id` for `message_id = ANY($1)`).
+fn found<'a>(
+    pool: &'a PgPool,
+    sql: &'a str,
+    ids: &'a [String],
+) -> BoxFuture<'a, sqlx::Result<Vec<bool>>> {
+    Box::pin(async move {
+        let found: HashSet<String> = sqlx::query_scalar(sql)
+            .bind(ids)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .collect();
+        Ok(ids.iter().map(|id| found.contains(id)).collect())
+    })
+}
+
+/// Writes a row for each of the ids (`sql` binds them as `$1`).
+fn write_ids<'a>(
+    pool: &'a PgPool,
+    sql: &'a str,
+    ids: &'a [String],
+) -> BoxFuture<'a, sqlx::Result<Vec<()>>> {
+    Box::pin(async move {
+        let distinct: Vec<&String> = ids.iter().collect::<BTreeSet<_>>().into_iter().collect();
+        sqlx::query(sql).bind(distinct).execute(pool).await?;
+        Ok(vec![(); ids.len()])
+    })
+}
+
+/// Writes a row for each of the ids with its TTL in milliseconds, `None` for none (`sql` binds
+/// the ids as `$1`, the TTLs as `$2`). An id twice in the batch keeps the longer TTL.
+fn write_ids_with_ttl<'a>(
+    pool: &'a PgPool,
+    sql: &'a str,
+    batch: &'a [(String, Option<i64>)],
+) -> BoxFuture<'a, sqlx::Result<Vec<()>>> {
+    Box::pin(async move {
+        let (ids, ttls) = distinct_sorted(batch, |a, b| a.zip(b).map(|(a, b)| a.max(b)));
+        sqlx::query(sql).bind(ids).bind(ttls).execute(pool).await?;
+        Ok(vec![(); batch.len()])
+    })
+}
+
+/// Claims each of the ids for its TTL in seconds (`sql` binds the ids as `$1`, the TTLs as `$2`,
+/// and returns the `message_id` of each claim won). An id twice in the batch is won at most once:
+/// its other delivery finds the claim held, as it would have a moment later.
+fn claim_ids<'a>(
+    pool: &'a PgPool,
+    sql: &'a str,
+    batch: &'a [(String, i64)],
+) -> BoxFuture<'a, sqlx::Result<Vec<bool>>> {
+    Box::pin(async move {
+        let (ids, ttls) = distinct_sorted(batch, i64::max);
+        let won: HashSet<String> = sqlx::query_scalar(sql)
+            .bind(ids)
+            .bind(ttls)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .collect();
+        let mut answered = HashSet::new();
+        Ok(batch
+            .iter()
+            .map(|(id, _)| won.contains(id) && answered.insert(id))
+            .collect())
+    })
 }
 
 /// Creates both tables under their default names (the shipped migrations, in order). Safe to
@@ -119,8 +262,8 @@ pub struct PostgresStore {
     pool: PgPool,
     table: String,
     ttl: Option<Duration>,
-    seen: String,
-    remember: String,
+    seen: Batched<String, bool>,
+    remember: Batched<(String, Option<i64>), ()>,
     forget: String,
 }
 
@@ -139,19 +282,22 @@ impl PostgresStore {
     }
 
     fn on_table(pool: PgPool, table: String) -> Self {
+        let seen = format!(
+            "SELECT message_id FROM {table} WHERE message_id = ANY($1) \
+             AND (expires_at IS NULL OR expires_at > now())"
+        );
+        // A live row makes the conflict a no-op; an expired one is taken over in the same
+        // statement.
+        let remember = format!(
+            "INSERT INTO {table} (message_id, created_at, expires_at) \
+             SELECT id, now(), now() + ttl * interval '1 millisecond' \
+             FROM unnest($1::text[], $2::bigint[]) AS batch(id, ttl) \
+             ON CONFLICT (message_id) DO UPDATE SET created_at = now(), expires_at = EXCLUDED.expires_at \
+             WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
+        );
         Self {
-            seen: format!(
-                "SELECT 1 FROM {table} WHERE message_id = $1 AND (expires_at IS NULL OR expires_at > now())"
-            ),
-            // A live row makes the conflict a no-op; an expired one is taken over in the same
-            // statement.
-            remember: format!(
-                "INSERT INTO {table} (message_id, created_at, expires_at) \
-                 VALUES ($1, now(), now() + $2::bigint * interval '1 millisecond') \
-                 ON CONFLICT (message_id) DO UPDATE SET created_at = now(), expires_at = EXCLUDED.expires_at \
-                 WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now() \
-                 RETURNING message_id"
-            ),
+            seen: batched(&pool, seen, found),
+            remember: batched(&pool, remember, write_ids_with_ttl),
             forget: format!("DELETE FROM {table} WHERE message_id = $1"),
             pool,
             table,
@@ -201,26 +347,12 @@ impl PostgresStore {
 
 impl IdempotencyStore for PostgresStore {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
-            let row = sqlx::query(&self.seen)
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(failed("look up a message id"))?;
-            Ok(row.is_some())
-        })
+        Box::pin(ask(&self.seen, id.to_owned(), "look up a message id"))
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            sqlx::query(&self.remember)
-                .bind(id)
-                .bind(millis(self.ttl))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(failed("remember a message id"))?;
-            Ok(())
-        })
+        let item = (id.to_owned(), millis(self.ttl));
+        Box::pin(ask(&self.remember, item, "remember a message id"))
     }
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
@@ -249,9 +381,9 @@ impl IdempotencyStore for PostgresStore {
 pub struct PostgresClaimingStore {
     pool: PgPool,
     table: String,
-    seen: String,
-    claim: String,
-    remember: String,
+    seen: Batched<String, bool>,
+    claim: Batched<(String, i64), bool>,
+    remember: Batched<String, ()>,
     release: String,
     forget: String,
 }
@@ -271,22 +403,28 @@ impl PostgresClaimingStore {
     }
 
     fn on_table(pool: PgPool, table: String) -> Self {
+        let seen =
+            format!("SELECT message_id FROM {table} WHERE message_id = ANY($1) AND state = 'seen'");
+        // Only a claim whose expiry passed is taken over; a commit or a live claim makes the
+        // conflict a no-op, and no row comes back.
+        let claim = format!(
+            "INSERT INTO {table} (message_id, state, expires_at) \
+             SELECT id, 'claimed', extract(epoch from now())::bigint + ttl \
+             FROM unnest($1::text[], $2::bigint[]) AS batch(id, ttl) \
+             ON CONFLICT (message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at \
+             WHERE {table}.state = 'claimed' AND {table}.expires_at IS NOT NULL \
+             AND {table}.expires_at < extract(epoch from now())::bigint \
+             RETURNING message_id"
+        );
+        let remember = format!(
+            "INSERT INTO {table} (message_id, state, expires_at) \
+             SELECT id, 'seen', NULL FROM unnest($1::text[]) AS batch(id) \
+             ON CONFLICT (message_id) DO UPDATE SET state = 'seen', expires_at = NULL"
+        );
         Self {
-            seen: format!("SELECT state FROM {table} WHERE message_id = $1"),
-            // Only a claim whose expiry passed is taken over; a commit or a live claim makes the
-            // conflict a no-op, and no row comes back.
-            claim: format!(
-                "INSERT INTO {table} (message_id, state, expires_at) \
-                 VALUES ($1, 'claimed', extract(epoch from now())::bigint + $2::bigint) \
-                 ON CONFLICT (message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at \
-                 WHERE {table}.state = 'claimed' AND {table}.expires_at IS NOT NULL \
-                 AND {table}.expires_at < extract(epoch from now())::bigint \
-                 RETURNING message_id"
-            ),
-            remember: format!(
-                "INSERT INTO {table} (message_id, state, expires_at) VALUES ($1, 'seen', NULL) \
-                 ON CONFLICT (message_id) DO UPDATE SET state = 'seen', expires_at = NULL"
-            ),
+            seen: batched(&pool, seen, found),
+            claim: batched(&pool, claim, claim_ids),
+            remember: batched(&pool, remember, write_ids),
             release: format!("DELETE FROM {table} WHERE message_id = $1 AND state = 'claimed'"),
             forget: format!("DELETE FROM {table} WHERE message_id = $1"),
             pool,
@@ -331,18 +469,11 @@ impl PostgresClaimingStore {
 
 impl IdempotencyStore for PostgresClaimingStore {
     fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
-            let state: Option<String> = sqlx::query_scalar(&self.seen)
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(failed("look up a message id"))?;
-            Ok(state.as_deref() == Some("seen"))
-        })
+        Box::pin(ask(&self.seen, id.to_owned(), "look up a message id"))
     }
 
     fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(self.execute(&self.remember, id, "commit a message id"))
+        Box::pin(ask(&self.remember, id.to_owned(), "commit a message id"))
     }
 
     fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
@@ -352,17 +483,13 @@ impl IdempotencyStore for PostgresClaimingStore {
 
 impl ClaimingStore for PostgresClaimingStore {
     fn claim<'a>(&'a self, id: &'a str, ttl: Duration) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
-            // Whole seconds as the PHP layout stores them, at least one.
-            let seconds = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX).max(1);
-            let won = sqlx::query(&self.claim)
-                .bind(id)
-                .bind(seconds)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(failed("claim a message id"))?;
-            Ok(won.is_some())
-        })
+        // Whole seconds as the PHP layout stores them, at least one.
+        let seconds = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX).max(1);
+        Box::pin(ask(
+            &self.claim,
+            (id.to_owned(), seconds),
+            "claim a message id",
+        ))
     }
 
     fn release<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {

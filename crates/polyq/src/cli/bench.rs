@@ -35,8 +35,8 @@ pub(crate) enum Command {
     /// The AceMQ outbox relay (rows committed, then published with confirms and marked) against
     /// a plain confirmed publish of the same messages, on PostgreSQL and any broker.
     Outbox(outbox::OutboxArgs),
-    /// An idempotent acemq consumer (claim and confirm on PostgreSQL or Redis) against the same
-    /// consumer without a store.
+    /// An idempotent acemq consumer or BabelQueue worker (its store on PostgreSQL or Redis)
+    /// against the same consumer without a store.
     Idempotency(idempotency::IdempotencyArgs),
 }
 

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use babelqueue::BabelQueue;
+use babelqueue::idempotency::Idempotency;
 use babelqueue::transport::redis::RedisOptions;
 use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport as _};
 use bytes::Bytes;
@@ -246,13 +247,13 @@ async fn measure(queue: &BabelQueue, args: &BabelArgs) -> anyhow::Result<Figures
     let publish_rate = rate(args.messages, started.elapsed());
 
     let started = Instant::now();
-    consume(queue, args.messages, args.concurrency).await?;
+    consume(queue, args.messages, args.concurrency, None).await?;
     let consume_rate = rate(args.messages, started.elapsed());
 
     let started = Instant::now();
     futures_util::future::try_join(
         publish(queue, args.messages, args.window),
-        consume(queue, args.messages, args.concurrency),
+        consume(queue, args.messages, args.concurrency, None),
     )
     .await?;
     Ok(Figures {
@@ -273,7 +274,7 @@ fn connect_options(args: &BabelArgs) -> ConnectOptions {
 }
 
 /// Publishes `count` jobs of the reference payload, `window` at a time.
-async fn publish(queue: &BabelQueue, count: u32, window: usize) -> anyhow::Result<()> {
+pub(super) async fn publish(queue: &BabelQueue, count: u32, window: usize) -> anyhow::Result<()> {
     let data = payload();
     futures_util::stream::iter(0..count)
         .map(|_| queue.publish(URN, &data))
@@ -283,11 +284,18 @@ async fn publish(queue: &BabelQueue, count: u32, window: usize) -> anyhow::Resul
     Ok(())
 }
 
-/// Handles `count` jobs with a no-op handler.
-async fn consume(queue: &BabelQueue, count: u32, concurrency: usize) -> anyhow::Result<()> {
-    let report = queue
-        .worker()
-        .concurrency(concurrency)
+/// Handles `count` jobs with a no-op handler, under `idempotency` when given.
+pub(super) async fn consume(
+    queue: &BabelQueue,
+    count: u32,
+    concurrency: usize,
+    idempotency: Option<Idempotency>,
+) -> anyhow::Result<()> {
+    let mut worker = queue.worker().concurrency(concurrency);
+    if let Some(idempotency) = idempotency {
+        worker = worker.idempotent(idempotency);
+    }
+    let report = worker
         .handle(URN, |_job| async { Ok::<_, Infallible>(()) })
         .consume(u64::from(count), IDLE_TIMEOUT)
         .await?;
@@ -417,6 +425,6 @@ async fn delete_keys(url: &str, keys: &[String]) -> anyhow::Result<()> {
 }
 
 /// A queue name no other run uses.
-fn unique_queue() -> String {
+pub(super) fn unique_queue() -> String {
     format!("polyq.bench.babel.{}", uuid::Uuid::new_v4().simple())
 }

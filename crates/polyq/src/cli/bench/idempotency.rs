@@ -1,6 +1,7 @@
-//! `polyq bench idempotency`: an idempotent acemq consumer (a claim before each handler call, a
-//! confirm after it, on PostgreSQL or Redis) against the same consumer without a store, in one
-//! run.
+//! `polyq bench idempotency`: an idempotent consumer against the same consumer without a store,
+//! in one run, on PostgreSQL or Redis: acemq's (a claim before each handler call, a confirm after
+//! it) or BabelQueue's worker (the claiming contract: a lookup, a claim, the handler, a commit; or
+//! the seen-set: a lookup, the handler, a remember).
 //!
 //! Each round, for each side in ABBA order: `--messages` messages are published to a queue of
 //! their own (not timed), then a consumer with the given concurrency and prefetch and a no-op
@@ -15,6 +16,12 @@ use acemq::codec::Raw as RawCodec;
 use acemq::idempotency::IdempotencyStore;
 use acemq::idempotency::postgres::PostgresIdempotencyStore;
 use acemq::idempotency::redis::RedisIdempotencyStore;
+use babelqueue::BabelQueue;
+use babelqueue::idempotency::{
+    Idempotency, PostgresClaimingStore, PostgresStore, RedisClaimingStore, RedisStore,
+};
+use babelqueue::transport::ConnectOptions;
+use babelqueue::transport::redis::RedisOptions;
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use futures_util::StreamExt as _;
@@ -28,6 +35,9 @@ use super::rate;
 /// How long a side may take to consume its messages before the run fails.
 const SIDE_DEADLINE: Duration = Duration::from_secs(300);
 
+/// Publishes awaiting their confirm at once while a side's messages are published.
+const FILL_WINDOW: usize = 500;
+
 /// Arguments of `polyq bench idempotency`.
 #[derive(Debug, Args)]
 pub(crate) struct IdempotencyArgs {
@@ -38,9 +48,16 @@ pub(crate) struct IdempotencyArgs {
     /// or a Redis key prefix of unique name is used and removed.
     #[arg(long)]
     db: Option<String>,
-    /// Broker URL: `amqp://`, `amqps://` or `memory://`.
+    /// Broker URL: `amqp://`, `amqps://` or `memory://` (and `redis://`, `rediss://` for
+    /// `--family babelqueue`).
     #[arg(long, env = "POLYQ_AMQP_URL")]
     url: String,
+    /// Whose consumer and store.
+    #[arg(long, value_enum, default_value_t = Family::Acemq)]
+    family: Family,
+    /// BabelQueue's contract (`--family babelqueue`).
+    #[arg(long, value_enum, default_value_t = Contract::Claiming)]
+    contract: Contract,
     /// Messages per side and round.
     #[arg(long, default_value_t = 20_000)]
     messages: u32,
@@ -57,10 +74,27 @@ pub(crate) struct IdempotencyArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum StoreKind {
-    /// `PostgresIdempotencyStore` (the Java port's layout).
+    /// acemq's `PostgresIdempotencyStore` (the Java port's layout), BabelQueue's
+    /// `PostgresClaimingStore` (PHP's) or `PostgresStore` (Go's).
     Postgres,
-    /// `RedisIdempotencyStore`.
+    /// acemq's `RedisIdempotencyStore`, BabelQueue's `RedisClaimingStore` or `RedisStore`.
     Redis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Family {
+    /// The acemq consumer, `ConsumerBuilder::idempotent`.
+    Acemq,
+    /// The BabelQueue worker, `Worker::idempotent`.
+    Babelqueue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Contract {
+    /// Of concurrent deliveries of one id exactly one runs (`Idempotency::claiming`).
+    Claiming,
+    /// Post-success dedupe (`Idempotency::seen_set`).
+    SeenSet,
 }
 
 /// Runs `polyq bench idempotency`.
@@ -81,8 +115,12 @@ pub(crate) async fn run(args: IdempotencyArgs) -> anyhow::Result<()> {
         None => std::env::var(variable)
             .map_err(|_| anyhow::anyhow!("give the {kind} store's URL with --db or {variable}"))?,
     };
+    let consumer = match args.family {
+        Family::Acemq => "acemq consumer".to_owned(),
+        Family::Babelqueue => format!("babelqueue worker, {:?} contract", args.contract),
+    };
     println!(
-        "polyq bench idempotency: {kind} store, {} messages per side, concurrency {}, prefetch {}, {} rounds, {}",
+        "polyq bench idempotency: {consumer}, {kind} store, {} messages per side, concurrency {}, prefetch {}, {} rounds, {}",
         args.messages,
         args.concurrency,
         args.prefetch,
@@ -90,74 +128,152 @@ pub(crate) async fn run(args: IdempotencyArgs) -> anyhow::Result<()> {
         polyq_amqp::redact_url(&args.url)
     );
     let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let store = Store::open(args.store, &db, &suffix).await?;
-    let mq = AceMq::connect(&args.url).await?;
-    let queue = format!("polyq.bench.idempotency.{suffix}");
-    mq.client()
-        .declare_queue(&QueueSpec::new(queue.clone()))
-        .await?;
-    let measured = rounds(&args, &mq, &store, &queue).await;
-    mq.client().delete_queue(&queue).await?;
-    for dead_letters in [format!("{queue}.dlq"), format!("{queue}.parked")] {
-        mq.client().delete_queue(&dead_letters).await?;
-    }
-    mq.close().await?;
-    store.remove().await?;
+    let backing = Backing::open(args.store, &db, &suffix, args.family).await?;
+    let measured = match args.family {
+        Family::Acemq => acemq_rounds(&args, &backing, &suffix).await,
+        Family::Babelqueue => babel_rounds(&args, &backing).await,
+    };
+    backing.remove().await?;
     let mut ratios = measured?;
     ratios.sort_by(f64::total_cmp);
     println!("ratio: {:.3}", ratios[ratios.len() / 2]);
     Ok(())
 }
 
-/// The store under test and what to remove afterwards.
-enum Store {
-    Postgres(PgPool, PostgresIdempotencyStore),
-    Redis(redis::aio::ConnectionManager, String, RedisIdempotencyStore),
+/// The acemq consumer's rounds, on a queue of its own.
+async fn acemq_rounds(
+    args: &IdempotencyArgs,
+    backing: &Backing,
+    suffix: &str,
+) -> anyhow::Result<Vec<f64>> {
+    let store = backing.acemq_store().await?;
+    let mq = AceMq::connect(&args.url).await?;
+    let queue = format!("polyq.bench.idempotency.{suffix}");
+    mq.client()
+        .declare_queue(&QueueSpec::new(queue.clone()))
+        .await?;
+    let measured = rounds(args, async |with_store| {
+        fill(&mq, &queue, args.messages).await?;
+        consume(args, &mq, &queue, with_store.then(|| store.clone())).await
+    })
+    .await;
+    mq.client().delete_queue(&queue).await?;
+    for dead_letters in [format!("{queue}.dlq"), format!("{queue}.parked")] {
+        mq.client().delete_queue(&dead_letters).await?;
+    }
+    mq.close().await?;
+    measured
 }
 
-impl Store {
-    async fn open(kind: StoreKind, url: &str, suffix: &str) -> anyhow::Result<Self> {
+/// The BabelQueue worker's rounds, on a queue of its own.
+async fn babel_rounds(args: &IdempotencyArgs, backing: &Backing) -> anyhow::Result<Vec<f64>> {
+    let option = backing.babel_option(args.contract).await?;
+    let options = ConnectOptions::default()
+        .prefetch(args.prefetch)
+        .redis(RedisOptions::new().prefetch(usize::from(args.prefetch)));
+    let queue = BabelQueue::builder(&args.url)
+        .queue(super::babel::unique_queue())
+        .options(options)
+        .connect()
+        .await?;
+    let measured = rounds(args, async |with_store| {
+        super::babel::publish(&queue, args.messages, FILL_WINDOW).await?;
+        let started = Instant::now();
+        let idempotency = with_store.then(|| option.clone());
+        super::babel::consume(&queue, args.messages, args.concurrency, idempotency).await?;
+        Ok(started.elapsed())
+    })
+    .await;
+    super::babel::remove(&args.url, &queue).await?;
+    measured
+}
+
+/// Where the store under test keeps its keys, removed after the run.
+enum Backing {
+    Postgres(PgPool, String),
+    Redis(redis::aio::ConnectionManager, String),
+}
+
+impl Backing {
+    async fn open(
+        kind: StoreKind,
+        url: &str,
+        suffix: &str,
+        family: Family,
+    ) -> anyhow::Result<Self> {
         let redacted = polyq_amqp::redact_url(url);
         Ok(match kind {
             StoreKind::Postgres => {
                 let pool = PgPool::connect(url)
                     .await
                     .map_err(|e| anyhow::anyhow!("cannot connect to {redacted}: {e}"))?;
-                let store = PostgresIdempotencyStore::new(pool.clone())
-                    .table(&format!("acemq_idempotency_bench_{suffix}"))?;
-                store.migrate().await?;
-                Store::Postgres(pool, store)
+                let table = match family {
+                    Family::Acemq => "acemq_idempotency",
+                    Family::Babelqueue => "bq_idempotency",
+                };
+                Backing::Postgres(pool, format!("{table}_bench_{suffix}"))
             }
             StoreKind::Redis => {
                 let client = redis::Client::open(url)?;
                 let connection = redis::aio::ConnectionManager::new(client)
                     .await
                     .map_err(|e| anyhow::anyhow!("cannot connect to {redacted}: {e}"))?;
-                let prefix = format!("polyq:bench:idempotency:{suffix}:");
-                // Short enough that a run killed before its clean-up leaves nothing for long.
-                let store = RedisIdempotencyStore::new(connection.clone())
-                    .prefix(&prefix)?
-                    .retention(Duration::from_secs(600));
-                Store::Redis(connection, prefix, store)
+                Backing::Redis(connection, format!("polyq:bench:idempotency:{suffix}:"))
             }
         })
     }
 
-    fn store(&self) -> Arc<dyn IdempotencyStore> {
-        match self {
-            Store::Postgres(_, store) => Arc::new(store.clone()),
-            Store::Redis(_, _, store) => Arc::new(store.clone()),
-        }
+    /// acemq's store here, its table created.
+    async fn acemq_store(&self) -> anyhow::Result<Arc<dyn IdempotencyStore>> {
+        Ok(match self {
+            Backing::Postgres(pool, table) => {
+                let store = PostgresIdempotencyStore::new(pool.clone()).table(table)?;
+                store.migrate().await?;
+                Arc::new(store)
+            }
+            // Short enough that a run killed before its clean-up leaves nothing for long.
+            Backing::Redis(connection, prefix) => Arc::new(
+                RedisIdempotencyStore::new(connection.clone())
+                    .prefix(prefix)?
+                    .retention(Duration::from_secs(600)),
+            ),
+        })
+    }
+
+    /// BabelQueue's store here under `contract`, its table created.
+    async fn babel_option(&self, contract: Contract) -> anyhow::Result<Idempotency> {
+        Ok(match (self, contract) {
+            (Backing::Postgres(pool, table), Contract::Claiming) => {
+                let store = PostgresClaimingStore::new(pool.clone()).table(table)?;
+                store.migrate().await?;
+                Idempotency::claiming(Arc::new(store))
+            }
+            (Backing::Postgres(pool, table), Contract::SeenSet) => {
+                let store = PostgresStore::new(pool.clone()).table(table)?;
+                store.migrate().await?;
+                Idempotency::seen_set(Arc::new(store))
+            }
+            (Backing::Redis(connection, prefix), Contract::Claiming) => Idempotency::claiming(
+                Arc::new(RedisClaimingStore::new(connection.clone()).prefix(prefix)?),
+            ),
+            (Backing::Redis(connection, prefix), Contract::SeenSet) => {
+                Idempotency::seen_set(Arc::new(
+                    RedisStore::new(connection.clone())
+                        .prefix(prefix)?
+                        .ttl(Duration::from_secs(600)),
+                ))
+            }
+        })
     }
 
     async fn remove(self) -> anyhow::Result<()> {
         match self {
-            Store::Postgres(pool, store) => {
-                sqlx::query(&format!("DROP TABLE {}", store.table_name()))
+            Backing::Postgres(pool, table) => {
+                sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
                     .execute(&pool)
                     .await?;
             }
-            Store::Redis(mut connection, prefix, _) => {
+            Backing::Redis(mut connection, prefix) => {
                 let keys: Vec<String> = {
                     let mut scan = redis::AsyncCommands::scan_match::<_, String>(
                         &mut connection,
@@ -179,18 +295,17 @@ impl Store {
     }
 }
 
+/// Runs `--rounds` rounds of both sides, ABBA; `side(with_store)` fills a queue and returns the
+/// time its consumer took. Each round's ratio, idempotent rate over plain rate.
 async fn rounds(
     args: &IdempotencyArgs,
-    mq: &AceMq,
-    store: &Store,
-    queue: &str,
+    mut side: impl AsyncFnMut(bool) -> anyhow::Result<Duration>,
 ) -> anyhow::Result<Vec<f64>> {
     let mut ratios = Vec::new();
     for round in 0..args.rounds {
         let (mut plain, mut idempotent) = (Duration::ZERO, Duration::ZERO);
         for with_store in [round % 2 == 1, round % 2 == 0] {
-            fill(mq, queue, args.messages).await?;
-            let elapsed = consume(args, mq, queue, with_store.then(|| store.store())).await?;
+            let elapsed = side(with_store).await?;
             if with_store {
                 idempotent = elapsed;
             } else {
@@ -218,7 +333,7 @@ async fn fill(mq: &AceMq, queue: &str, count: u32) -> anyhow::Result<()> {
     let body = [b'x'; 366];
     let mut in_flight = FuturesUnordered::new();
     for _ in 0..count {
-        if in_flight.len() >= 500
+        if in_flight.len() >= FILL_WINDOW
             && let Some(confirm) = in_flight.next().await
         {
             confirm?;
