@@ -2,11 +2,13 @@
 //! broker. A retry republishes the message with its attempt raised (to the rung queue for a
 //! broker wait, to the source queue after a consumer wait) and then acknowledges the original;
 //! a message given up on is republished into `Q.dlq` or `Q.parked` with `x-acemq-error`, then
-//! acknowledged. Every republish is mandatory and confirmed. One that does not land
-//! (unroutable, refused, unconfirmed) is published again after a backoff while the delivery is
-//! held, until it lands: never acknowledged into nothing, and never requeued, which would
-//! redeliver it at once in a loop and, on a quorum queue, spend its delivery limit. Only the
-//! drain deadline gives a held delivery back to the broker (`nack` with requeue).
+//! acknowledged. Every republish is mandatory and confirmed: RabbitMQ acknowledges a plain
+//! publish whose only queue is a classic queue on a node that is down, and drops it, while a
+//! mandatory one comes back. One that does not land (returned, refused, unconfirmed) is
+//! published again after a backoff while the delivery is held, until it lands: never
+//! acknowledged into nothing, and never requeued, which would redeliver it at once in a loop
+//! and, on a quorum queue, spend its delivery limit. Only the drain deadline gives a held
+//! delivery back to the broker (`nack` with requeue).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,7 +105,7 @@ impl Engine {
             {
                 Republished::Routed => return self.settle(held, ConsumeResult::Retried).await,
                 Republished::Unroutable => {
-                    tracing::warn!(queue = %self.queue, %rung, "retry rung queue missing; waiting in the consumer instead");
+                    tracing::warn!(queue = %self.queue, %rung, "retry rung queue missing, or its node is down; waiting in the consumer instead");
                     self.metrics.rung_missing(&rung);
                     delay = self.policy.jittered(wait.scheduled(), &mut rand::rng());
                 }
@@ -259,7 +261,9 @@ impl Engine {
                 .await
             {
                 Republished::Routed => return self.settle(held, result).await,
-                Republished::Unroutable => Some(format!("no queue `{target}`")),
+                Republished::Unroutable => Some(format!(
+                    "no queue `{target}` took it: it is missing, or its node is down"
+                )),
                 Republished::Failed(why) => Some(why),
             };
         }
