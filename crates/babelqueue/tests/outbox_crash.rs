@@ -5,14 +5,15 @@
 //! The test runs this test binary again as the writing process (the ignored test
 //! `child_writer`, selected by name), waits for it to report the commit, kills it, and relays.
 
-mod every_binding;
+mod runtime_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use babelqueue::outbox::{Outbox, OutboxRelay, PgOutboxStore};
 use babelqueue::{MakeOptions, make};
-use every_binding::{Binding, Bound};
+use polyq_testkit::brokers::TestBroker;
+use runtime_support::Bound;
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -38,7 +39,7 @@ async fn count(db: &PgPool, table: &str) -> i64 {
         .unwrap()
 }
 
-async fn kill_9_after_the_commit_the_next_relay_publishes_it(binding: Binding) {
+async fn kill_9_after_the_commit_the_next_relay_publishes_it(broker: &'static TestBroker) {
     let db = PgPool::connect(&polyq_testkit::postgres_url())
         .await
         .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
@@ -52,7 +53,7 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it(binding: Binding) {
         .execute(&db)
         .await
         .unwrap();
-    let bound = Bound::new(binding).await;
+    let bound = Bound::new(broker).await;
     let queue = bound.name().to_owned();
 
     let (mut child, id) = polyq_testkit::child::spawn(
@@ -94,9 +95,11 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it(binding: Binding) {
             .unwrap();
     }
     db.close().await;
-    bound.cleanup(&[]).await;
 }
-on_bindings!(kill_9_after_the_commit_the_next_relay_publishes_it; rabbitmq: RabbitMq, redis: Redis);
+polyq_testkit::both_brokers!(
+    on rabbitmq, redis;
+    kill_9_after_the_commit_the_next_relay_publishes_it
+);
 
 /// The writing process of the kill test: commits an order and its envelope in one transaction,
 /// reports the envelope's `meta.id`, then blocks until killed.
