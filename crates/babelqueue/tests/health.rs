@@ -6,6 +6,7 @@ use std::time::Duration;
 use babelqueue::BabelQueue;
 use babelqueue::transport::{AmqpOptions, AmqpTransport, AnyTransport, Health};
 use polyq_amqp::{Client, ClientOptions};
+use polyq_testkit::rabbitmq::TestUser;
 use polyq_testkit::unique_name;
 use tokio::sync::watch;
 use tokio::time::timeout;
@@ -61,9 +62,12 @@ async fn memory_is_up_until_its_client_closes() {
 #[cfg(feature = "amqp")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_reports_a_lost_connection_and_its_recovery() {
+    // A user of this test alone, whose reconnects are refused while its password is changed,
+    // so the recovery lasts until the test ends it and the watch cannot skip past it.
+    let user = TestUser::create("babelqueue-health");
     let name = unique_name("babelqueue-health");
     let client = Client::connect_with(
-        &polyq_testkit::amqp_url(),
+        &user.url(),
         ClientOptions::default()
             .connection_name(name.clone())
             .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(200)),
@@ -80,12 +84,16 @@ async fn rabbitmq_reports_a_lost_connection_and_its_recovery() {
         Some(Health::Up { generation: 0, .. })
     ));
 
+    user.change_password("not-the-password");
     let closed = polyq_testkit::rabbitmq::close_connections_named(&name).await;
     assert_eq!(closed, 1, "the client's one connection was closed");
-    wait_for(&mut health, "recovering", |h| {
-        matches!(h, Health::Recovering { .. })
-    })
+    wait_for(
+        &mut health,
+        "recovering",
+        |h| matches!(h, Health::Recovering { attempts, .. } if *attempts >= 1),
+    )
     .await;
+    user.change_password(user.password());
     wait_for(&mut health, "up again", |h| {
         matches!(h, Health::Up { generation: 1, .. })
     })

@@ -10,60 +10,13 @@
 use std::time::Duration;
 
 use polyq_amqp::{Client, ClientOptions, Health};
-use polyq_testkit::rabbitmq::{close_connections_named, rabbitmqctl};
-use polyq_testkit::{amqp_url, unique_name};
+use polyq_testkit::rabbitmq::{TestUser, close_connections_named};
+use polyq_testkit::unique_name;
 use tokio::sync::watch;
 use tokio::time::timeout;
 
 /// Upper bound for anything awaited here; reaching it fails the test.
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// A broker user of this test alone, with every permission on the test vhost; deleted when
-/// dropped.
-struct User {
-    name: String,
-    password: String,
-}
-
-impl User {
-    fn create(vhost: &str) -> Self {
-        let user = Self {
-            name: unique_name("polyq-health"),
-            password: unique_name("s3cret"),
-        };
-        rabbitmqctl(&["add_user", &user.name, &user.password]);
-        rabbitmqctl(&["set_permissions", "-p", vhost, &user.name, ".*", ".*", ".*"]);
-        user
-    }
-
-    fn change_password(&self, password: &str) {
-        rabbitmqctl(&["change_password", &self.name, password]);
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        // Not `rabbitmqctl`, which panics: this also runs while a failed test unwinds.
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["delete_user", &self.name])
-            .output();
-    }
-}
-
-/// The test broker's URL for `user`, and its vhost.
-fn url_of(user: Option<&User>) -> (String, String) {
-    let mut url = url::Url::parse(&amqp_url()).expect("the test broker URL parses");
-    let vhost = match url.path().trim_start_matches('/') {
-        "" | "%2f" | "%2F" => "/".to_owned(),
-        other => other.to_owned(),
-    };
-    if let Some(user) = user {
-        url.set_username(&user.name).expect("URL takes a user");
-        url.set_password(Some(&user.password))
-            .expect("URL takes a password");
-    }
-    (url.to_string(), vhost)
-}
 
 /// Waits (bounded by [`LIMIT`]) until the health satisfies `wanted`, and returns it.
 async fn health_until(
@@ -80,9 +33,8 @@ async fn health_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_follows_a_lost_connection_through_recovery_to_close() {
-    let (_, vhost) = url_of(None);
-    let user = User::create(&vhost);
-    let (url, _) = url_of(Some(&user));
+    let user = TestUser::create("polyq-health");
+    let url = user.url();
     let connection_name = unique_name("polyq-health-test");
     let options = ClientOptions::default()
         .connection_name(connection_name.clone())
@@ -119,11 +71,11 @@ async fn health_follows_a_lost_connection_through_recovery_to_close() {
     };
     assert!(!last_error.is_empty());
     assert!(
-        !last_error.contains(&user.password),
+        !last_error.contains(user.password()),
         "the error shows the password: {last_error}"
     );
 
-    user.change_password(&user.password);
+    user.change_password(user.password());
     let up = health_until(&mut watch, "up", Health::is_up).await;
     assert!(
         matches!(

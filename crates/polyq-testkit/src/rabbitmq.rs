@@ -67,3 +67,78 @@ fn close_named(connection_name: &str) -> usize {
     }
     pids.len()
 }
+
+/// A broker user of one test alone, with every permission on the test broker's vhost, so a test
+/// can refuse that user's reconnects (by changing its password) without touching other tests'
+/// connections. Deleted when dropped, also while a failed test unwinds.
+#[derive(Debug)]
+pub struct TestUser {
+    name: String,
+    password: String,
+}
+
+impl TestUser {
+    /// Creates the user on the test broker's vhost ([`crate::amqp_url`]).
+    ///
+    /// # Panics
+    /// When `rabbitmqctl` fails.
+    pub fn create(prefix: &str) -> Self {
+        let user = Self {
+            name: crate::unique_name(prefix),
+            password: crate::unique_name("s3cret"),
+        };
+        rabbitmqctl(&["add_user", &user.name, &user.password]);
+        let vhost = test_vhost();
+        rabbitmqctl(&[
+            "set_permissions",
+            "-p",
+            &vhost,
+            &user.name,
+            ".*",
+            ".*",
+            ".*",
+        ]);
+        user
+    }
+
+    /// The test broker's URL with this user's name and password.
+    pub fn url(&self) -> String {
+        let mut url = url::Url::parse(&crate::amqp_url()).expect("the test broker URL parses");
+        url.set_username(&self.name).expect("URL takes a user");
+        url.set_password(Some(&self.password))
+            .expect("URL takes a password");
+        url.to_string()
+    }
+
+    /// The password the user was created with.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// Changes the user's password on the broker: a reconnect with [`TestUser::url`] is refused
+    /// until it is changed back to [`TestUser::password`].
+    ///
+    /// # Panics
+    /// When `rabbitmqctl` fails.
+    pub fn change_password(&self, password: &str) {
+        rabbitmqctl(&["change_password", &self.name, password]);
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        // Not `rabbitmqctl`, which panics: this also runs while a failed test unwinds.
+        let _ = Command::new("rabbitmqctl")
+            .args(["delete_user", &self.name])
+            .output();
+    }
+}
+
+/// The vhost of the test broker's URL.
+fn test_vhost() -> String {
+    let url = url::Url::parse(&crate::amqp_url()).expect("the test broker URL parses");
+    match url.path().trim_start_matches('/') {
+        "" | "%2f" | "%2F" => "/".to_owned(),
+        other => other.to_owned(),
+    }
+}
