@@ -114,6 +114,9 @@ pub trait RelaySteps: Sync {
 
     /// `report` added to `total`.
     fn add(total: &mut Self::Report, report: Self::Report);
+
+    /// Rows `report` says were published.
+    fn published(report: &Self::Report) -> usize;
 }
 
 /// How much of a relay's work [`relay_streak`] overlaps.
@@ -158,6 +161,34 @@ pub fn relay_streak<'a, S: RelaySteps>(
     stop: &'a (dyn Fn() -> bool + Sync),
 ) -> futures_util::future::BoxFuture<'a, Result<Streak<S::Report>, S::Error>> {
     Box::pin(streak(steps, pipeline, stop))
+}
+
+/// Streaks of [`relay_streak`] until one publishes nothing (the outbox is empty, or only rows
+/// under backoff are left), at most `max_batches` batches in all; their reports added up.
+///
+/// # Errors
+/// The first error of a streak.
+pub async fn relay_drain<S: RelaySteps>(
+    steps: &S,
+    window: usize,
+    max_batches: usize,
+) -> Result<S::Report, S::Error> {
+    let mut total = S::Report::default();
+    let mut left = max_batches;
+    while left > 0 {
+        let pipeline = Pipeline {
+            window,
+            max_batches: left,
+        };
+        let streak = relay_streak(steps, pipeline, &|| false).await?;
+        let published = S::published(&streak.report);
+        S::add(&mut total, streak.report);
+        left = left.saturating_sub(streak.batches);
+        if published == 0 {
+            break;
+        }
+    }
+    Ok(total)
 }
 
 async fn streak<S: RelaySteps>(
@@ -355,6 +386,10 @@ mod tests {
 
         fn add(total: &mut usize, report: usize) {
             *total += report;
+        }
+
+        fn published(report: &usize) -> usize {
+            *report
         }
     }
 

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use crate::AceMq;
 use crate::outbox::error::OutboxError;
 use polyq_runtime::outbox::{
-    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_streak, relay_until_stopped,
+    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain, relay_streak,
+    relay_until_stopped,
 };
 
 use crate::outbox::MemoryOutbox;
@@ -310,17 +311,7 @@ impl OutboxRelay {
     /// # Errors
     /// As [`OutboxRelay::flush`].
     pub async fn drain(&self, max_passes: usize) -> Result<RelayPass, OutboxError> {
-        let mut total = RelayPass::default();
-        let mut left = max_passes;
-        while left > 0 {
-            let streak = self.streak(left, &|| false).await?;
-            total.add(streak.report);
-            left -= streak.batches;
-            if streak.report.published == 0 {
-                break;
-            }
-        }
-        Ok(total)
+        relay_drain(&Steps(self), self.window, max_passes).await
     }
 
     /// Passes back to back while each finds a full batch, at most `max_passes`, until `stop`
@@ -533,6 +524,10 @@ impl RelaySteps for Steps<'_> {
 
     fn add(total: &mut RelayPass, pass: RelayPass) {
         total.add(pass);
+    }
+
+    fn published(pass: &RelayPass) -> usize {
+        pass.published
     }
 }
 

@@ -8,7 +8,8 @@ use polyq_runtime::Shutdown;
 
 use crate::outbox::error::OutboxError;
 use polyq_runtime::outbox::{
-    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_streak, relay_until_stopped,
+    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain, relay_streak,
+    relay_until_stopped,
 };
 
 use crate::outbox::{Failure, OutboxRecord, OutboxStore};
@@ -150,17 +151,7 @@ impl<T: Transport> OutboxRelay<T> {
     /// # Errors
     /// As [`OutboxRelay::flush`].
     pub async fn drain(&self, max_passes: usize) -> Result<FlushReport, OutboxError> {
-        let mut total = FlushReport::default();
-        let mut left = max_passes;
-        while left > 0 {
-            let streak = self.streak(left, &|| false).await?;
-            total.add(streak.report);
-            left -= streak.batches;
-            if streak.report.published == 0 {
-                break;
-            }
-        }
-        Ok(total)
+        relay_drain(&Steps(self), self.window, max_passes).await
     }
 
     /// Flushes until `shutdown` stops it: a pass that found a full batch is followed by the next
@@ -305,6 +296,10 @@ impl<T: Transport> RelaySteps for Steps<'_, T> {
 
     fn add(total: &mut FlushReport, report: FlushReport) {
         total.add(report);
+    }
+
+    fn published(report: &FlushReport) -> usize {
+        report.published
     }
 }
 
