@@ -1,14 +1,31 @@
 //! Reading a queue without consuming it, and removing a selection from it.
 //!
-//! AMQP 0-9-1 has no "peek": a message is read by taking it. [`sweep`] takes messages off the
-//! head of a queue with `basic.get` on a connection of its own, holds every one unacknowledged,
-//! and acknowledges only those its `take` selects; closing the connection at the end gives all
-//! the others back at once. The broker (RabbitMQ's classic queues, and the embedded broker)
-//! returns requeued messages to their original positions, so the queue keeps its count and its
-//! order; the messages given back are flagged `redelivered`, which is all a reader leaves
-//! behind. Giving them back one `nack` at a time would instead race consumers and, on some
-//! queue types, put each at the head in reverse. While a sweep runs, the messages it holds are
-//! invisible to other consumers.
+//! AMQP 0-9-1 has no "peek": a message is read by taking it. [`sweep`] reads the depth of the
+//! queue first (its ready messages), then takes that many (or its limit) off the head with
+//! `basic.consume` on a connection of its own, holding every delivery unacknowledged, and
+//! acknowledges only those its `take` selects; closing the connection at the end gives all the
+//! others back at once. The broker pushes the deliveries within the consumer's prefetch window
+//! without waiting to be asked for each, so a read costs about one round trip, not one per
+//! message as `basic.get` would. The window is the number still to be read: since nothing is
+//! acknowledged, the broker never hands the consumer more, so a message published behind the
+//! depth read at the start is never taken. A prefetch count is 16 bits, so a read of more
+//! than 65,535 messages opens a further consumer once the first is full, and so on.
+//!
+//! A read that was promised more messages than come (another consumer took some, or they
+//! expired) stops when two pauses pass without a delivery and without the queue handing out a
+//! message; it never waits for messages that will not come. A queue that holds messages back from the
+//! consumer (another consumer is its single active one) is read on with `basic.get`.
+//!
+//! Closing the connection returns a consumer's unacknowledged messages in their order: a
+//! classic queue (RabbitMQ and the embedded broker) puts each back at its original position, a
+//! quorum queue returns a consumer's messages in delivery order ahead of the rest. Either way
+//! the queue keeps its count and its order; the messages given back are flagged
+//! `redelivered`, which is all a reader leaves behind (a quorum queue also counts the delivery
+//! against its `x-delivery-limit`, as any requeue does). Giving them back one `reject` at a
+//! time would instead race other consumers, each message back at the head while the next is
+//! still held. While a read runs, the messages it holds are invisible to other consumers. A
+//! quorum queue read of more than one window returns each consumer's messages as a block, in
+//! the order RabbitMQ processes the closing of their channels.
 //!
 //! A sweep that dies midway (the process killed) loses nothing either: the broker requeues what
 //! the dead connection held. Only the messages `take` selected and that were acknowledged are
@@ -36,7 +53,17 @@
 //! # }
 //! ```
 
-use crate::{Client, ClientOptions, Delivery, MessageJson, Result};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+
+use crate::{Client, ClientOptions, ConsumeOptions, Consumer, Delivery, MessageJson, Result};
+
+/// The most deliveries one consumer is handed unacknowledged: the largest prefetch count.
+const WINDOW: u64 = u16::MAX as u64;
+
+/// How long a read waits for a delivery before asking the broker whether one can still come.
+const PAUSE: Duration = Duration::from_secs(1);
 
 /// One message a sweep read.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +73,8 @@ pub struct Swept {
     pub message: MessageJson,
     /// Whether the broker had delivered it before this read.
     pub redelivered: bool,
-    /// Whether the sweep removed it (its `take` selected it and the acknowledgement was sent).
+    /// Whether the sweep removed it (its `take` selected it and the acknowledgement was sent,
+    /// once the whole read was done).
     pub taken: bool,
 }
 
@@ -61,10 +89,10 @@ pub async fn browse(
     sweep(url, options, queue, limit, |_| false).await
 }
 
-/// Reads up to `limit` messages (all, with `None`) from the head of `queue` on a connection of
-/// its own, removes those `take` returns `true` for, and gives every other one back in its
-/// place when the connection closes (see the [module](self)). Returns what it read, in queue
-/// order.
+/// Reads up to `limit` messages (all it holds when the read begins, with `None`) from the head
+/// of `queue` on a connection of its own, removes those `take` returns `true` for, and gives
+/// every other one back in its place when the connection closes (see the [module](self)).
+/// Returns what it read, in queue order.
 ///
 /// On an error the messages not yet acknowledged go back to the queue all the same.
 pub async fn sweep(
@@ -72,35 +100,127 @@ pub async fn sweep(
     options: ClientOptions,
     queue: &str,
     limit: Option<u64>,
-    mut take: impl FnMut(&MessageJson) -> bool,
+    take: impl FnMut(&MessageJson) -> bool,
 ) -> Result<Vec<Swept>> {
     let client = Client::connect_with(url, options).await?;
-    let mut held: Vec<Delivery> = Vec::new();
-    let mut read = Vec::new();
-    let outcome = async {
-        while limit.is_none_or(|limit| (read.len() as u64) < limit) {
-            let Some(delivery) = client.get(queue).await? else {
-                break;
-            };
-            let message = MessageJson::of_delivery(&delivery);
-            let taken = take(&message);
-            if taken {
-                delivery.ack().await?;
-            }
-            read.push(Swept {
-                message,
-                redelivered: delivery.redelivered,
-                taken,
-            });
-            // Held until the connection closes, which gives it back in its place.
-            held.push(delivery);
-        }
-        Ok::<_, crate::Error>(())
+    let mut reading = Reading {
+        take,
+        read: Vec::new(),
+        held: Vec::new(),
+        consumers: Vec::new(),
+    };
+    let mut outcome = reading.run(&client, queue, limit).await;
+    let Reading {
+        read,
+        held,
+        consumers,
+        ..
+    } = reading;
+    // One channel after the other, in the order they were read: a quorum queue puts each
+    // channel's messages back ahead of what it holds when the channel's close reaches it.
+    for consumer in consumers {
+        let closed = consumer.close_channel().await;
+        outcome = outcome.and(closed);
     }
-    .await;
     let closed = client.close().await;
     drop(held);
     outcome?;
     closed?;
     Ok(read)
+}
+
+/// One sweep under way. Its deliveries and consumers are held until their channels close,
+/// which gives the deliveries back in their places; a consumer cancelled earlier could see a
+/// delivery already on its way requeued alone, ahead of the others.
+struct Reading<F> {
+    take: F,
+    read: Vec<Swept>,
+    held: Vec<Delivery>,
+    consumers: Vec<Consumer>,
+}
+
+impl<F: FnMut(&MessageJson) -> bool> Reading<F> {
+    async fn run(&mut self, client: &Client, queue: &str, limit: Option<u64>) -> Result<()> {
+        let depth = u64::from(client.inspect_queue(queue).await?.message_count);
+        let wanted = limit.map_or(depth, |limit| limit.min(depth));
+        while self.count() < wanted {
+            let window = (wanted - self.count()).min(WINDOW);
+            let prefetch = u16::try_from(window).unwrap_or(u16::MAX);
+            let mut consumer = client
+                .consume(queue, &ConsumeOptions::default().prefetch(prefetch))
+                .await?;
+            let filled = self.fill(client, queue, &mut consumer, window).await;
+            self.consumers.push(consumer);
+            if !filled? {
+                // The consumer stalled with messages ready (another consumer is the queue's
+                // single active one) or the queue ran dry: the rest, if any, one `basic.get`
+                // at a time, which no consumer holds back.
+                while self.count() < wanted {
+                    let Some(delivery) = client.get(queue).await? else {
+                        break;
+                    };
+                    self.hold(delivery);
+                }
+                break;
+            }
+        }
+        // Acknowledged only now: an acknowledgement frees a place in the window, which the
+        // broker would fill with a message past the ones this read wants.
+        for (swept, delivery) in self.read.iter().zip(&self.held) {
+            if swept.taken {
+                delivery.ack().await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn count(&self) -> u64 {
+        self.read.len() as u64
+    }
+
+    /// Reads `window` deliveries of `consumer`. Answers `false` when the queue stopped handing
+    /// it messages before the window was full.
+    async fn fill(
+        &mut self,
+        client: &Client,
+        queue: &str,
+        consumer: &mut Consumer,
+        window: u64,
+    ) -> Result<bool> {
+        let mut ready_at_pause = None;
+        for _ in 0..window {
+            let delivery = loop {
+                match tokio::time::timeout(PAUSE, consumer.next()).await {
+                    Ok(Some(delivery)) => break delivery?,
+                    Ok(None) => return Err(crate::Error::Closed),
+                    Err(_paused) => {
+                        let ready = client.inspect_queue(queue).await?.message_count;
+                        // Two pauses in a row without a delivery, the queue's ready count the
+                        // same at both (nothing handed out: none left, or none for this
+                        // consumer). A single pause with nothing ready is not enough: a
+                        // quorum queue counts a message as handed out before its delivery
+                        // leaves the broker, which may be a while behind on a busy node.
+                        if ready_at_pause == Some(ready) {
+                            return Ok(false);
+                        }
+                        ready_at_pause = Some(ready);
+                    }
+                }
+            };
+            ready_at_pause = None;
+            self.hold(delivery);
+        }
+        Ok(true)
+    }
+
+    /// Records a delivery as read, marked taken if `take` selects it, and holds it.
+    fn hold(&mut self, delivery: Delivery) {
+        let message = MessageJson::of_delivery(&delivery);
+        self.read.push(Swept {
+            taken: (self.take)(&message),
+            message,
+            redelivered: delivery.redelivered,
+        });
+        self.held.push(delivery);
+    }
 }

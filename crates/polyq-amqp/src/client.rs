@@ -614,6 +614,20 @@ impl Consumer {
     }
 }
 
+impl Consumer {
+    /// Stops the consumer and gives back at once every delivery it carried that is still
+    /// unsettled, even those still held: `amqp://` closes its channel, whose unacknowledged
+    /// messages the broker requeues in their order. The embedded broker requeues them when the
+    /// client closes, so there it only cancels.
+    pub(crate) async fn close_channel(self) -> Result<()> {
+        match self.inner {
+            ConsumerInner::Memory(consumer) => consumer.cancel().await,
+            #[cfg(feature = "amqp")]
+            ConsumerInner::Amqp(consumer) => consumer.close_channel().await,
+        }
+    }
+}
+
 impl Stream for Consumer {
     type Item = Result<Delivery>;
 

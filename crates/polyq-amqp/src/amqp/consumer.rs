@@ -134,21 +134,12 @@ impl Consumer {
     /// time this returns. Otherwise it is cancelled with `basic.cancel` and the channel stays open
     /// until every such delivery is settled or dropped.
     pub(crate) async fn cancel(mut self) -> Result<()> {
-        let attached = match self.current.take() {
-            Some(attached) if attached.seq == self.slot.latest() => Some(attached),
-            _ => self.slot.state().pending.take(),
-        };
-        self.slot.end();
-        self.client.shared().unregister(self.id);
         let Some(Attached {
             consumer, channel, ..
-        }) = attached
+        }) = self.detach()
         else {
             return Ok(());
         };
-        if !channel.status().connected() {
-            return Ok(());
-        }
         let operation = format!("cancel the consumer on queue `{}`", self.slot.queue_name);
         match Arc::try_unwrap(channel) {
             // No `basic.cancel` first: RabbitMQ returns a closing channel's unacknowledged
@@ -172,6 +163,38 @@ impl Consumer {
             }
         }
         Ok(())
+    }
+
+    /// Ends the consumer by closing its channel, whatever deliveries are still held: the broker
+    /// takes back every unsettled one at once, in its order, and their ackers go stale.
+    pub(crate) async fn close_channel(mut self) -> Result<()> {
+        let Some(Attached {
+            consumer, channel, ..
+        }) = self.detach()
+        else {
+            return Ok(());
+        };
+        channel
+            .close(200, "consumer closed".into())
+            .await
+            .map_err(|error| {
+                let operation = format!("close the consumer on queue `{}`", self.slot.queue_name);
+                from_lapin(&operation, None, &error)
+            })?;
+        // Outlives the close, so that dropping it sends no `basic.cancel`.
+        drop(consumer);
+        Ok(())
+    }
+
+    /// Ends the stream and hands over its newest attachment, if its channel is still open.
+    fn detach(&mut self) -> Option<Attached> {
+        let attached = match self.current.take() {
+            Some(attached) if attached.seq == self.slot.latest() => Some(attached),
+            _ => self.slot.state().pending.take(),
+        };
+        self.slot.end();
+        self.client.shared().unregister(self.id);
+        attached.filter(|attached| attached.channel.status().connected())
     }
 
     /// Takes the newest attachment if the current one is outdated or gone. `Break` carries what
