@@ -337,3 +337,48 @@ async fn postgres_seen_set_answers_each_of_concurrent_calls() {
     assert_eq!(rows, 5, "one row per id, no expiry without a TTL");
     drop_table(&pool, &table).await;
 }
+
+/// A lookup is planned for the table as it is when it runs: after many lookups on a small table
+/// no lookup of either store runs on a cached generic plan (which PostgreSQL keeps while the
+/// table grows, until the next `ANALYZE`: a plan for an empty table scans every row later).
+#[tokio::test]
+async fn postgres_lookups_keep_no_plan_made_while_the_table_was_small() {
+    // One connection, so every statement of the stores is prepared (or not) on the one this
+    // test then inspects.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&polyq_testkit::postgres_url())
+        .await
+        .unwrap();
+    let (_, seen_set_table) = table().await;
+    let claiming_table = format!("{seen_set_table}_claiming");
+    let seen_set = PostgresStore::new(pool.clone())
+        .table(&seen_set_table)
+        .unwrap();
+    seen_set.migrate().await.unwrap();
+    let claiming = PostgresClaimingStore::new(pool.clone())
+        .table(&claiming_table)
+        .unwrap();
+    claiming.migrate().await.unwrap();
+    // Batches of many ids, as a busy worker's: PostgreSQL weighs a generic plan against the
+    // plans for the ids given, and prefers it for arrays longer than the ten it assumes.
+    for round in 0..10 {
+        let ids: Vec<String> = (0..100).map(|n| format!("id-{round}-{n}")).collect();
+        let lookups = ids
+            .iter()
+            .flat_map(|id| [seen_set.seen(id), claiming.seen(id)]);
+        for seen in futures_util::future::join_all(lookups).await {
+            assert!(!seen.unwrap());
+        }
+    }
+    let cached: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT statement, generic_plans FROM pg_prepared_statements \
+         WHERE statement LIKE 'SELECT message_id FROM %' AND generic_plans > 0",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(cached.is_empty(), "lookups on cached plans: {cached:?}");
+    drop_table(&pool, &seen_set_table).await;
+    drop_table(&pool, &claiming_table).await;
+}
