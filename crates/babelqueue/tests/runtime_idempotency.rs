@@ -18,7 +18,7 @@ use babelqueue::idempotency::{
 };
 use babelqueue::transport::{ConnectOptions, Transport};
 use babelqueue::worker::{BoxError, JobContext, JobInterceptor};
-use babelqueue::{Envelope, MakeOptions};
+use babelqueue::{BabelQueue, Envelope, MakeOptions};
 use polyq_testkit::brokers::TestBroker;
 use runtime_support::{Bound, PATIENCE};
 use serde_json::json;
@@ -155,15 +155,20 @@ impl JobInterceptor for Arrivals {
 
 async fn concurrent_duplicates_wait_for_the_winner(broker: &'static TestBroker, store: Store) {
     let bound = Bound::with(broker, ConnectOptions::default().prefetch(1)).await;
+    // The second worker on a connection of its own, as in a second process: two workers on one
+    // RabbitMQ transport share its one consumer, whose prefetch of 1 would hold the duplicate
+    // back until the winner settled.
+    let other = bound
+        .another_connection(broker, ConnectOptions::default().prefetch(1))
+        .await;
     let opened = Opened::new(store).await;
     publish_twice(&bound).await;
     let effects = Arc::new(AtomicUsize::new(0));
     let (arrivals, arrived) = tokio::sync::watch::channel(0_usize);
     let arrivals = Arc::new(arrivals);
-    let worker = || {
+    let worker = |queue: &BabelQueue| {
         let (effects, arrived) = (effects.clone(), arrived.clone());
-        bound
-            .queue
+        queue
             .worker()
             .interceptor(Arrivals(arrivals.clone()))
             .idempotent(opened.option.clone())
@@ -181,7 +186,13 @@ async fn concurrent_duplicates_wait_for_the_winner(broker: &'static TestBroker, 
                 }
             })
     };
-    let (first, second) = tokio::join!(worker().consume(1, IDLE), worker().consume(1, IDLE));
+    // Each worker stops at its one job; the idle bound only ends a worker that gets none, so it
+    // is the patience, not IDLE: on a loaded machine a worker's consumer can take longer than
+    // IDLE to start, and the winner, waiting for the duplicate to arrive, would then fail.
+    let (first, second) = tokio::join!(
+        worker(&bound.queue).consume(1, PATIENCE),
+        worker(&other).consume(1, PATIENCE)
+    );
     let (first, second) = (first.unwrap(), second.unwrap());
     assert_eq!(
         (first.succeeded, second.succeeded),

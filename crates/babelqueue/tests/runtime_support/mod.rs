@@ -132,22 +132,19 @@ impl Bound {
     pub async fn with(broker: &'static TestBroker, options: ConnectOptions) -> Self {
         // On Redis every key whose name holds the queue's goes: its dead-letter list too.
         let name = broker.remember_queue(broker.name("bq-bind"));
-        let layout = if broker.kind() == Broker::RedisLaravel {
-            RedisLayout::Laravel
-        } else {
-            RedisLayout::Default
-        };
-        let queue = BabelQueue::builder(broker.url())
-            .queue(&name)
-            .options(options.redis_layout(layout))
-            .connect()
-            .await
-            .unwrap();
-        if let AnyTransport::Amqp(amqp) = &**queue.transport() {
-            broker.remember_queue(amqp.dead_letter_queue(&name));
-            broker.close_at_end(amqp.client().clone());
+        Self {
+            queue: connect(broker, &name, options).await,
         }
-        Self { queue }
+    }
+
+    /// Another connection to this queue, as a second process would have: on RabbitMQ its
+    /// consumer and prefetch window are its own, where clones of one transport share one.
+    pub async fn another_connection(
+        &self,
+        broker: &'static TestBroker,
+        options: ConnectOptions,
+    ) -> BabelQueue {
+        connect(broker, self.name(), options).await
     }
 
     /// Options whose Redis dead-letter suffix is `suffix`.
@@ -374,4 +371,25 @@ pub async fn python_peer(
             String::from_utf8_lossy(&output.stdout)
         )
     })
+}
+
+/// A BabelQueue on `name` at `broker` (the Redis layout from the broker's kind), its dead-letter
+/// queue and connection removed and closed when the test ends.
+async fn connect(broker: &'static TestBroker, name: &str, options: ConnectOptions) -> BabelQueue {
+    let layout = if broker.kind() == Broker::RedisLaravel {
+        RedisLayout::Laravel
+    } else {
+        RedisLayout::Default
+    };
+    let queue = BabelQueue::builder(broker.url())
+        .queue(name)
+        .options(options.redis_layout(layout))
+        .connect()
+        .await
+        .unwrap();
+    if let AnyTransport::Amqp(amqp) = &**queue.transport() {
+        broker.remember_queue(amqp.dead_letter_queue(name));
+        broker.close_at_end(amqp.client().clone());
+    }
+    queue
 }
