@@ -106,8 +106,10 @@ async fn a_set_aside_into_a_queue_whose_node_is_down_is_held_until_it_lands() {
         .wait_in_broker_from(RUNG_DELAY);
 
     // Declared from node 1, the quorum source queue has its leader there and stays available.
+    // Connected to node 1 alone, so the client is on it even while a revived node 1 is still
+    // joining (the cluster's URL would fail over to node 3, the node this test kills).
     let mq = AceMq::builder()
-        .url(cluster.url())
+        .url(cluster.node_url(1))
         .client_name("acemq-cluster-test")
         .connect()
         .await
