@@ -364,9 +364,12 @@ mod tests {
             }
         }
         let held = client.get(&queue).await.expect("get").expect("a message");
+        // The management API fills a new queue's figures (the consumer count among them) in
+        // over its next stats intervals, so the survey is read until all of them are in.
         let seen = surveyed_until(&url, &queue, |seen| {
             seen.ready == Some(2)
                 && seen.unacked == Some(1)
+                && seen.consumers.is_some()
                 && seen.dead_letter.as_ref().and_then(|q| q.depth) == Some(2)
                 && seen.parked.as_ref().and_then(|q| q.depth) == Some(1)
         })
