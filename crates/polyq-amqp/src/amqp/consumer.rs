@@ -12,6 +12,7 @@ use futures_util::Stream;
 use lapin::Channel;
 use lapin::options::BasicCancelOptions;
 use lapin::types::ShortString;
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::AmqpClient;
@@ -47,6 +48,8 @@ struct SlotState {
 struct Attached {
     consumer: lapin::Consumer,
     channel: Arc<Channel>,
+    /// The session's [`Session::lost`](super::session::Session::lost).
+    connection_lost: CancellationToken,
     seq: u64,
 }
 
@@ -66,7 +69,12 @@ impl ConsumerSlot {
     }
 
     /// Hands a freshly started lapin consumer to the stream.
-    pub(super) fn install(&self, consumer: lapin::Consumer, channel: Arc<Channel>) {
+    pub(super) fn install(
+        &self,
+        consumer: lapin::Consumer,
+        channel: Arc<Channel>,
+        connection_lost: CancellationToken,
+    ) {
         let mut state = self.state();
         if state.ended {
             // Dropping the consumer cancels it; dropping the channel closes it.
@@ -77,6 +85,7 @@ impl ConsumerSlot {
         state.pending = Some(Attached {
             consumer,
             channel,
+            connection_lost,
             seq,
         });
         self.latest.store(seq, Ordering::Release);
@@ -244,7 +253,11 @@ impl Stream for Consumer {
             };
             match Pin::new(&mut current.consumer).poll_next(cx) {
                 Poll::Ready(Some(Ok(delivery))) => {
-                    return Poll::Ready(Some(Ok(to_delivery(delivery, &current.channel))));
+                    return Poll::Ready(Some(Ok(to_delivery(
+                        delivery,
+                        &current.channel,
+                        &current.connection_lost,
+                    ))));
                 }
                 Poll::Ready(Some(Err(error))) => {
                     debug!(queue = %this.slot.queue_name, %error, "consumer channel failed");
@@ -277,13 +290,22 @@ impl Stream for Consumer {
 }
 
 /// A lapin delivery as ours; its acker keeps the channel open until it is settled or dropped.
-pub(super) fn to_delivery(delivery: lapin::message::Delivery, channel: &Arc<Channel>) -> Delivery {
+pub(super) fn to_delivery(
+    delivery: lapin::message::Delivery,
+    channel: &Arc<Channel>,
+    connection_lost: &CancellationToken,
+) -> Delivery {
     Delivery {
         properties: properties_from_amqp(&delivery.properties),
         exchange: delivery.exchange.into(),
         routing_key: delivery.routing_key.into(),
         redelivered: delivery.redelivered,
         body: Bytes::from(delivery.data),
-        acker: AckerInner::Amqp(Acker::new(delivery.acker, channel.clone())).into(),
+        acker: AckerInner::Amqp(Acker::new(
+            delivery.acker,
+            channel.clone(),
+            connection_lost.clone(),
+        ))
+        .into(),
     }
 }

@@ -193,13 +193,13 @@ impl AmqpClient {
                 |session| &session.getter,
                 &operation,
                 Some(Target::queue(queue)),
-                |channel| {
-                    let name = name.clone();
+                |channel, lost| {
+                    let (name, lost) = (name.clone(), lost.clone());
                     async move {
                         let message = channel
                             .basic_get(name, BasicGetOptions { no_ack: false })
                             .await?;
-                        Ok(message.map(|m| to_delivery(m.delivery, &channel)))
+                        Ok(message.map(|m| to_delivery(m.delivery, &channel, &lost)))
                     }
                 },
             )

@@ -6,6 +6,7 @@ use std::time::Duration;
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::confirm_ledger::{self, LedgerHandle};
 use super::publisher::{LapinConfirm, MAX_UNWRITTEN};
@@ -18,6 +19,11 @@ pub(super) type SerialChannel = tokio::sync::Mutex<Option<Arc<Channel>>>;
 /// publish (over its length limit with `reject-publish`) then costs a new channel at most once
 /// a second, not one per publish.
 const REPLACE_NACKED_AFTER: Duration = Duration::from_secs(1);
+/// How long opening a channel may take before it counts as failed. lapin hands the open to its
+/// connection's command task, and an open handed over just as the connection ends is never
+/// answered (as with settlements, see `Acker::settle`); the bound makes it a failure that is
+/// retried on the next connection instead of a wait without end.
+const CHANNEL_OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One connection generation. The supervisor replaces the whole session when the connection
 /// dies, so nothing here is ever reused across connections.
@@ -34,6 +40,9 @@ pub(super) struct Session {
     /// `basic.get`, kept apart from `ops` so that a failed declaration cannot invalidate
     /// fetched messages awaiting their ack.
     pub(super) getter: SerialChannel,
+    /// Cancelled by the supervisor once it has seen this connection end (or the client
+    /// close it): the deliveries it carried stop waiting for their settlements.
+    pub(super) lost: CancellationToken,
 }
 
 /// A confirm-mode channel and the ledger that attributes its confirms and returns. Dropping
@@ -57,7 +66,13 @@ impl Session {
             reopen_publisher: tokio::sync::Mutex::new(()),
             ops: SerialChannel::default(),
             getter: SerialChannel::default(),
+            lost: CancellationToken::new(),
         })
+    }
+
+    /// Opens a channel on the connection, within [`CHANNEL_OPEN_TIMEOUT`].
+    pub(super) async fn open_channel(&self) -> lapin::Result<Channel> {
+        open_channel(&self.connection).await
     }
 
     /// Whether the connection is still usable.
@@ -137,8 +152,22 @@ impl Session {
     }
 }
 
+async fn open_channel(connection: &Connection) -> lapin::Result<Channel> {
+    match tokio::time::timeout(CHANNEL_OPEN_TIMEOUT, connection.create_channel()).await {
+        Ok(opened) => opened,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "no channel opened within {} s",
+                CHANNEL_OPEN_TIMEOUT.as_secs()
+            ),
+        )
+        .into()),
+    }
+}
+
 async fn confirming_channel(connection: &Connection) -> lapin::Result<PublishingChannel> {
-    let channel = connection.create_channel().await?;
+    let channel = open_channel(connection).await?;
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;

@@ -243,7 +243,7 @@ impl Shared {
             |session| &session.ops,
             operation,
             target,
-            |channel| async move { op.run(&channel).await },
+            |channel, _| async move { op.run(&channel).await },
         )
         .await
     }
@@ -258,7 +258,7 @@ impl Shared {
         f: F,
     ) -> Result<T>
     where
-        F: Fn(Arc<Channel>) -> Fut,
+        F: Fn(Arc<Channel>, &CancellationToken) -> Fut,
         Fut: Future<Output = lapin::Result<T>>,
     {
         let (mut stale, mut deadline, mut retries) = (None, None, 0);
@@ -267,12 +267,12 @@ impl Shared {
             let mut guard = pick(&session).lock().await;
             let open = guard.as_ref().filter(|c| c.status().connected()).cloned();
             let result = match open {
-                Some(channel) => f(channel).await,
-                None => match session.connection.create_channel().await {
+                Some(channel) => f(channel, &session.lost).await,
+                None => match session.open_channel().await {
                     Ok(channel) => {
                         let channel = Arc::new(channel);
                         *guard = Some(channel.clone());
-                        f(channel).await
+                        f(channel, &session.lost).await
                     }
                     Err(error) => Err(error),
                 },
@@ -303,7 +303,7 @@ impl Shared {
         session: &Session,
         slot: &Arc<ConsumerSlot>,
     ) -> lapin::Result<()> {
-        let channel = session.connection.create_channel().await?;
+        let channel = session.open_channel().await?;
         channel
             .basic_qos(slot.options.prefetch, BasicQosOptions { global: false })
             .await?;
@@ -318,7 +318,7 @@ impl Shared {
                 LapinTable::default(),
             )
             .await?;
-        slot.install(consumer, Arc::new(channel));
+        slot.install(consumer, Arc::new(channel), session.lost.clone());
         Ok(())
     }
 
@@ -362,27 +362,29 @@ impl Shared {
         let link = self.link.send_replace(Link::Closed);
         self.health.closed();
         self.end_consumers();
-        if let Link::Up(session) = link
-            && session.is_up()
-        {
-            let _ = tokio::time::timeout(CLOSE_WAIT, session.close_publishing()).await;
-            let closing = session
-                .connection
-                .close(200, "closed by the application".into());
-            match tokio::time::timeout(CLOSE_WAIT, closing).await {
-                Ok(Ok(())) => {}
-                // A channel closing at that moment (a cancelled consumer's, or one the
-                // supervisor was opening) can make lapin report an error although the
-                // connection did close; only a connection still open is a failure to close.
-                Ok(Err(error)) if session.is_up() => {
-                    return Err(from_lapin("close the connection", None, &error));
+        if let Link::Up(session) = link {
+            // Settlements still waiting end as stale, whatever the close does.
+            let _lost = session.lost.clone().drop_guard();
+            if session.is_up() {
+                let _ = tokio::time::timeout(CLOSE_WAIT, session.close_publishing()).await;
+                let closing = session
+                    .connection
+                    .close(200, "closed by the application".into());
+                match tokio::time::timeout(CLOSE_WAIT, closing).await {
+                    Ok(Ok(())) => {}
+                    // A channel closing at that moment (a cancelled consumer's, or one the
+                    // supervisor was opening) can make lapin report an error although the
+                    // connection did close; only a connection still open is a failure to close.
+                    Ok(Err(error)) if session.is_up() => {
+                        return Err(from_lapin("close the connection", None, &error));
+                    }
+                    Ok(Err(error)) => {
+                        debug!(url = %self.shown_url, %error, "connection closed with an error");
+                    }
+                    // lapin can miss the broker's close-ok in that same race; the connection is
+                    // dropped with the session either way.
+                    Err(_) => debug!(url = %self.shown_url, "no close-ok from the broker in time"),
                 }
-                Ok(Err(error)) => {
-                    debug!(url = %self.shown_url, %error, "connection closed with an error");
-                }
-                // lapin can miss the broker's close-ok in that same race; the connection is
-                // dropped with the session either way.
-                Err(_) => debug!(url = %self.shown_url, "no close-ok from the broker in time"),
             }
         }
         Ok(())
@@ -476,7 +478,7 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .items();
         let mut lost = HashSet::new();
-        let mut channel = session.connection.create_channel().await?;
+        let mut channel = session.open_channel().await?;
         for item in &items {
             if let Declared::Binding(binding) = item
                 && lost.contains(binding.queue.as_str())
@@ -503,7 +505,7 @@ impl Shared {
                         warn!(url = %self.shown_url, ?item, %error, "could not declare again after reconnecting");
                     }
                 }
-                channel = session.connection.create_channel().await?;
+                channel = session.open_channel().await?;
             }
         }
         drop(channel);
@@ -656,6 +658,7 @@ async fn supervise(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Re
                 () = tokio::time::sleep(WATCH_INTERVAL) => {}
             }
         }
+        session.lost.cancel();
         if shared.closed.is_cancelled() {
             return;
         }
