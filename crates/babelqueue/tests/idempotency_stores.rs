@@ -11,8 +11,8 @@ mod runtime_support;
 use std::time::Duration;
 
 use babelqueue::idempotency::{
-    ClaimingStore, IdempotencyStore, PostgresClaimingStore, PostgresStore, RedisClaimingStore,
-    RedisStore,
+    Claim, ClaimingStore, IdempotencyStore, PostgresClaimingStore, PostgresStore,
+    RedisClaimingStore, RedisStore,
 };
 use redis::AsyncCommands;
 
@@ -34,8 +34,20 @@ async fn claiming_contract(store: &dyn ClaimingStore, id: &str) {
         !store.claim(id, TTL).await.unwrap(),
         "a commit is never claimed"
     );
+    assert_eq!(
+        store.try_claim(id, TTL).await.unwrap(),
+        Claim::Committed,
+        "a lost claim tells a commit"
+    );
     store.forget(id).await.unwrap();
     assert!(!store.seen(id).await.unwrap());
+    assert_eq!(store.try_claim(id, TTL).await.unwrap(), Claim::Won);
+    assert_eq!(
+        store.try_claim(id, TTL).await.unwrap(),
+        Claim::Held,
+        "a lost claim tells a claim in flight"
+    );
+    store.forget(id).await.unwrap();
 }
 
 #[tokio::test]
@@ -275,6 +287,22 @@ async fn postgres_concurrent_claims_win_each_id_once() {
     for (id, seen) in ids.iter().zip(seen) {
         assert_eq!(seen.unwrap(), expected.contains(id), "{id}");
     }
+    // Claims lost in one batch: each tells whether its id was committed or is held.
+    let fresh: Vec<String> = (0..20).map(|n| format!("fresh-{n}")).collect();
+    let all: Vec<&String> = ids.iter().chain(&fresh).collect();
+    let claims =
+        futures_util::future::join_all(all.iter().map(|id| store.try_claim(id, TTL))).await;
+    let mut won = std::collections::HashSet::new();
+    for (id, claim) in all.iter().zip(claims) {
+        let claim = claim.unwrap();
+        if expected.contains(id) {
+            assert_eq!(claim, Claim::Committed, "{id}");
+        } else if id.starts_with("fresh-") && won.insert(*id) {
+            assert_eq!(claim, Claim::Won, "{id}");
+        } else {
+            assert_eq!(claim, Claim::Held, "{id}");
+        }
+    }
     drop_table(&pool, &table).await;
 }
 
@@ -369,6 +397,17 @@ async fn postgres_lookups_keep_no_plan_made_while_the_table_was_small() {
             .flat_map(|id| [seen_set.seen(id), claiming.seen(id)]);
         for seen in futures_util::future::join_all(lookups).await {
             assert!(!seen.unwrap());
+        }
+        // Claims lost, so that the claim also reads the ids it did not win.
+        for claim in
+            futures_util::future::join_all(ids.iter().map(|id| claiming.claim(id, TTL))).await
+        {
+            assert!(claim.unwrap());
+        }
+        for claim in
+            futures_util::future::join_all(ids.iter().map(|id| claiming.try_claim(id, TTL))).await
+        {
+            assert_eq!(claim.unwrap(), Claim::Held);
         }
     }
     let cached: Vec<(String, i64)> = sqlx::query_as(

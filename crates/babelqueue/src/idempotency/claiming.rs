@@ -10,6 +10,18 @@ use std::time::{Duration, Instant};
 use super::{Effect, IdempotencyStore, Refusal, StoreFuture, usable};
 use crate::error::Error;
 
+/// What a claim found ([`ClaimingStore::try_claim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// This caller holds the claim: the handler runs.
+    Won,
+    /// The id was committed: a duplicate, skipped without running the handler.
+    Committed,
+    /// Another consumer holds a live claim and has not committed yet (or the row changed while
+    /// it was looked at): the next try decides.
+    Held,
+}
+
 /// A seen-set with an atomic in-flight claim.
 ///
 /// Per id: [`claim`](Self::claim) answers `true` to exactly one caller while no live claim and
@@ -24,6 +36,24 @@ pub trait ClaimingStore: IdempotencyStore {
     /// # Errors
     /// When the store cannot answer.
     fn claim<'a>(&'a self, id: &'a str, ttl: Duration) -> StoreFuture<'a, bool>;
+    /// Claims `id` as [`claim`](Self::claim) does and, when the claim is lost, tells a commit
+    /// from a claim in flight: the one store call [`run_claimed`] makes before the handler, where
+    /// a lookup then a claim would be two. The default claims, then looks up only an id whose
+    /// claim it lost; a store that can tell both at once overrides it.
+    ///
+    /// # Errors
+    /// When the store cannot answer.
+    fn try_claim<'a>(&'a self, id: &'a str, ttl: Duration) -> StoreFuture<'a, Claim> {
+        Box::pin(async move {
+            if self.claim(id, ttl).await? {
+                Ok(Claim::Won)
+            } else if self.seen(id).await? {
+                Ok(Claim::Committed)
+            } else {
+                Ok(Claim::Held)
+            }
+        })
+    }
     /// Drops an uncommitted claim on `id`, so a redelivery runs at once instead of after the
     /// claim's TTL. A commit stays.
     ///
@@ -34,10 +64,11 @@ pub trait ClaimingStore: IdempotencyStore {
 
 /// Runs `handler` for `meta_id` unless it was committed, after winning the claim on it.
 ///
-/// A duplicate that loses the claim waits, looking again with a growing pause (up to half a
-/// second), until the winner commits (then it is skipped), releases (then it claims and runs),
-/// or `max_wait` passes (then it is refused with [`Refusal::InProgress`], to be delivered again). No
-/// usable id runs unguarded. After success the id is committed (best effort, as
+/// The claim comes first ([`ClaimingStore::try_claim`]): it both takes a free id and tells a
+/// committed one (skipped) from one held by another consumer. A duplicate that finds the claim
+/// held waits, trying again with a growing pause (up to half a second), until the winner commits
+/// (then it is skipped), releases (then it claims and runs), or `max_wait` passes (then it is
+/// refused with [`Refusal::InProgress`], to be delivered again). No usable id runs unguarded. After success the id is committed (best effort, as
 /// [`super::record_success`]); after a failure the claim is released (best effort: the claim's
 /// TTL is the backstop).
 ///
@@ -108,15 +139,17 @@ pub(super) async fn claimed<T, E>(
     let Some(id) = usable(meta_id) else {
         return handler.await.map(Effect::Ran).map_err(Refusal::Handler);
     };
-    if store.seen(id).await.map_err(Refusal::Store)? {
-        return Ok(Effect::Skipped);
-    }
     let deadline = Instant::now() + max_wait;
     let mut pause = Duration::from_millis(10);
-    while !store.claim(id, claim_ttl).await.map_err(Refusal::Store)? {
-        // Lost the race: the winner may have committed in between, or still be running.
-        if store.seen(id).await.map_err(Refusal::Store)? {
-            return Ok(Effect::Skipped);
+    loop {
+        match store
+            .try_claim(id, claim_ttl)
+            .await
+            .map_err(Refusal::Store)?
+        {
+            Claim::Won => break,
+            Claim::Committed => return Ok(Effect::Skipped),
+            Claim::Held => {}
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -289,6 +322,65 @@ mod tests {
             "release leaves a commit alone"
         );
         assert!(!store.claim("a", TTL).await.unwrap());
+    }
+
+    /// Counts the calls a run makes, answering from an in-memory store.
+    #[derive(Default)]
+    struct Counted {
+        inner: InMemoryClaimingStore,
+        seen: AtomicUsize,
+        claim: AtomicUsize,
+        remember: AtomicUsize,
+    }
+
+    impl IdempotencyStore for Counted {
+        fn seen<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+            self.seen.fetch_add(1, Ordering::SeqCst);
+            self.inner.seen(id)
+        }
+        fn remember<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+            self.remember.fetch_add(1, Ordering::SeqCst);
+            self.inner.remember(id)
+        }
+        fn forget<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+            self.inner.forget(id)
+        }
+    }
+
+    impl ClaimingStore for Counted {
+        fn claim<'a>(&'a self, id: &'a str, ttl: Duration) -> StoreFuture<'a, bool> {
+            self.claim.fetch_add(1, Ordering::SeqCst);
+            self.inner.claim(id, ttl)
+        }
+        fn release<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+            self.inner.release(id)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_id_costs_a_claim_and_a_commit_and_a_duplicate_a_lookup_more() {
+        let store = Counted::default();
+        let calls = |store: &Counted| {
+            [&store.claim, &store.seen, &store.remember].map(|n| n.load(Ordering::SeqCst))
+        };
+        let ran = run_claimed(&store, Some("a"), TTL, WAIT, async { Ok::<_, String>(()) }).await;
+        assert_eq!(ran.unwrap(), Effect::Ran(()));
+        assert_eq!(calls(&store), [1, 0, 1], "claim, lookup, commit");
+        let skipped =
+            run_claimed(&store, Some("a"), TTL, WAIT, async { Ok::<_, String>(()) }).await;
+        assert_eq!(skipped.unwrap(), Effect::Skipped);
+        assert_eq!(calls(&store), [2, 1, 1], "claim, lookup, commit");
+    }
+
+    #[tokio::test]
+    async fn try_claim_tells_a_commit_from_a_claim_in_flight() {
+        let store = InMemoryClaimingStore::new();
+        assert_eq!(store.try_claim("a", TTL).await.unwrap(), Claim::Won);
+        assert_eq!(store.try_claim("a", TTL).await.unwrap(), Claim::Held);
+        store.remember("a").await.unwrap();
+        assert_eq!(store.try_claim("a", TTL).await.unwrap(), Claim::Committed);
+        store.forget("a").await.unwrap();
+        assert_eq!(store.try_claim("a", TTL).await.unwrap(), Claim::Won);
     }
 
     #[tokio::test]

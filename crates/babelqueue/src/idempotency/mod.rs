@@ -40,7 +40,7 @@ pub use self::postgres::{
 };
 #[cfg(feature = "redis")]
 pub use self::redis::{RedisClaimingStore, RedisStore};
-pub use claiming::{ClaimingStore, InMemoryClaimingStore, run_claimed};
+pub use claiming::{Claim, ClaimingStore, InMemoryClaimingStore, run_claimed};
 
 /// The future a store method returns.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;

@@ -2,7 +2,9 @@
 //! share them: [`PostgresStore`] is the Go SDK's `idempotency-postgres` (`babelqueue_idempotency`),
 //! [`PostgresClaimingStore`] the PHP SDK's `PdoStore` (`bq_idempotency`). A claim is an
 //! `INSERT ... ON CONFLICT ... RETURNING`: the returned row, not a database error code, says who
-//! won.
+//! won. A claim lost is told apart (committed or held) by reading the ids the insert did not
+//! take, in the same call, so a worker asks the claiming store twice per new id: the claim and
+//! the commit.
 //!
 //! Lookups, claims and commits made at the same time (a worker with a concurrency above 1, or
 //! several workers on one store) go to the database together, one statement for the batch
@@ -20,14 +22,14 @@ use futures_util::future::BoxFuture;
 use polyq_runtime::coalesce::{BatchFn, Coalescer, distinct_sorted};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::{ClaimingStore, IdempotencyStore, StoreFuture};
+use super::{Claim, ClaimingStore, IdempotencyStore, StoreFuture};
 use crate::error::{Error, Result};
 
 /// Ids one statement looks up, claims or commits at most.
 const MAX_BATCH: usize = 256;
 /// Batch statements of one kind running at once. A claiming store runs three kinds (lookups,
-/// claims, commits): at most six of the pool's connections (sqlx's default pool has 10), leaving
-/// room for releases and forgets.
+/// claims, commits; a worker only the last two): at most six of the pool's connections (sqlx's
+/// default pool has 10), leaving room for releases and forgets.
 const CONCURRENT_BATCHES: usize = 2;
 
 /// The seen-set table, as shipped in `migrations/postgres/idempotency_0001_seen_set.sql`.
@@ -49,9 +51,10 @@ fn failed<E: std::error::Error + Send + Sync + 'static>(
     super::failed("postgres", operation)
 }
 
-/// One statement for a batch of items: an answer for each, in order.
-type Statement<I, O> =
-    for<'a> fn(&'a PgPool, &'a str, &'a [I]) -> BoxFuture<'a, sqlx::Result<Vec<O>>>;
+/// The statements `sql` (one, or more for [`claim_ids`]) for a batch of items: an answer for
+/// each, in order.
+type Statement<I, O, S> =
+    for<'a> fn(&'a PgPool, &'a S, &'a [I]) -> BoxFuture<'a, sqlx::Result<Vec<O>>>;
 
 /// Concurrent calls of one kind, answered by one statement per batch; an item the database
 /// refused alone gets its own error.
@@ -60,12 +63,13 @@ type Batched<I, O> = Coalescer<I, std::result::Result<O, Arc<sqlx::Error>>, Arc<
 /// Batches calls into `statement` running `sql` on `pool`. When the database refuses a batch of
 /// several items, each is run alone, so an item it cannot take fails only its own call; a batch
 /// that never reached the database (a lost connection) fails every call in it.
-fn batched<I, O>(pool: &PgPool, sql: String, statement: Statement<I, O>) -> Batched<I, O>
+fn batched<I, O, S>(pool: &PgPool, sql: Arc<S>, statement: Statement<I, O, S>) -> Batched<I, O>
 where
     I: Send + Sync + 'static,
     O: Send + 'static,
+    S: ?Sized + Send + Sync + 'static,
 {
-    let (pool, sql) = (pool.clone(), Arc::<str>::from(sql));
+    let pool = pool.clone();
     let run: BatchFn<I, std::result::Result<O, Arc<sqlx::Error>>, Arc<sqlx::Error>> =
         Arc::new(move |items: Vec<I>| {
             let (pool, sql) = (pool.clone(), Arc::clone(&sql));
@@ -152,27 +156,67 @@ fn write_ids_with_ttl<'a>(
     })
 }
 
-/// Claims each of the ids for its TTL in seconds (`sql` binds the ids as `$1`, the TTLs as `$2`,
-/// and returns the `message_id` of each claim won). An id twice in the batch is won at most once:
-/// its other delivery finds the claim held, as it would have a moment later.
+/// The claiming store's two statements of a claim.
+struct ClaimSql {
+    /// Claims the ids (`$1`) for their TTLs in seconds (`$2`), returning the `message_id` of
+    /// each claim won.
+    claim: String,
+    /// The ids (`$1`) found committed.
+    committed: String,
+}
+
+/// What one claim found; the error of the read that could not tell a lost claim's state.
+type ClaimAnswer = std::result::Result<Claim, Arc<sqlx::Error>>;
+
+/// Claims each of the ids for its TTL in seconds; then, only when some claims were lost, reads
+/// which of those ids are committed, the others being held. An id twice in the batch is won at
+/// most once: its other delivery finds the claim held, as it would have a moment later.
+///
+/// The read is a statement of its own, after the insert, rather than a part of it: one
+/// statement reads the table as it was when it started, and would miss a commit the insert
+/// waited for. When the read fails, the claims won stand (their handlers run, and a failure
+/// releases them); only the calls whose claims were lost get its error, never a claim made
+/// again, which would find its own row held.
 fn claim_ids<'a>(
     pool: &'a PgPool,
-    sql: &'a str,
+    sql: &'a ClaimSql,
     batch: &'a [(String, i64)],
-) -> BoxFuture<'a, sqlx::Result<Vec<bool>>> {
+) -> BoxFuture<'a, sqlx::Result<Vec<ClaimAnswer>>> {
     Box::pin(async move {
         let (ids, ttls) = distinct_sorted(batch, i64::max);
-        let won: HashSet<String> = sqlx::query_scalar(sql)
-            .bind(ids)
+        let won: HashSet<String> = sqlx::query_scalar(&sql.claim)
+            .bind(&ids)
             .bind(ttls)
             .fetch_all(pool)
             .await?
             .into_iter()
             .collect();
+        let lost: Vec<String> = ids.into_iter().filter(|id| !won.contains(id)).collect();
+        let (mut committed, mut unread) = (HashSet::new(), None);
+        if !lost.is_empty() {
+            match found(pool, &sql.committed, &lost).await {
+                Ok(found) => committed.extend(
+                    lost.iter()
+                        .zip(found)
+                        .filter_map(|(id, seen)| seen.then_some(id)),
+                ),
+                Err(error) => unread = Some(Arc::new(error)),
+            }
+        }
         let mut answered = HashSet::new();
         Ok(batch
             .iter()
-            .map(|(id, _)| won.contains(id) && answered.insert(id))
+            .map(|(id, _)| {
+                if won.contains(id) && answered.insert(id) {
+                    Ok(Claim::Won)
+                } else if let Some(error) = &unread {
+                    Err(Arc::clone(error))
+                } else if committed.contains(id) {
+                    Ok(Claim::Committed)
+                } else {
+                    Ok(Claim::Held)
+                }
+            })
             .collect())
     })
 }
@@ -305,8 +349,8 @@ impl PostgresStore {
              WHERE {table}.expires_at IS NOT NULL AND {table}.expires_at <= now()"
         );
         Self {
-            seen: batched(&pool, seen, found),
-            remember: batched(&pool, remember, write_ids_with_ttl),
+            seen: batched(&pool, Arc::from(seen), found),
+            remember: batched(&pool, Arc::from(remember), write_ids_with_ttl),
             forget: format!("DELETE FROM {table} WHERE message_id = $1"),
             pool,
             table,
@@ -391,7 +435,7 @@ pub struct PostgresClaimingStore {
     pool: PgPool,
     table: String,
     seen: Batched<String, bool>,
-    claim: Batched<(String, i64), bool>,
+    claim: Batched<(String, i64), ClaimAnswer>,
     remember: Batched<String, ()>,
     release: String,
     forget: String,
@@ -412,7 +456,7 @@ impl PostgresClaimingStore {
     }
 
     fn on_table(pool: PgPool, table: String) -> Self {
-        let seen =
+        let committed =
             format!("SELECT message_id FROM {table} WHERE message_id = ANY($1) AND state = 'seen'");
         // Only a claim whose expiry passed is taken over; a commit or a live claim makes the
         // conflict a no-op, and no row comes back.
@@ -431,9 +475,9 @@ impl PostgresClaimingStore {
              ON CONFLICT (message_id) DO UPDATE SET state = 'seen', expires_at = NULL"
         );
         Self {
-            seen: batched(&pool, seen, found),
-            claim: batched(&pool, claim, claim_ids),
-            remember: batched(&pool, remember, write_ids),
+            seen: batched(&pool, Arc::from(committed.as_str()), found),
+            claim: batched(&pool, Arc::new(ClaimSql { claim, committed }), claim_ids),
+            remember: batched(&pool, Arc::from(remember), write_ids),
             release: format!("DELETE FROM {table} WHERE message_id = $1 AND state = 'claimed'"),
             forget: format!("DELETE FROM {table} WHERE message_id = $1"),
             pool,
@@ -492,13 +536,17 @@ impl IdempotencyStore for PostgresClaimingStore {
 
 impl ClaimingStore for PostgresClaimingStore {
     fn claim<'a>(&'a self, id: &'a str, ttl: Duration) -> StoreFuture<'a, bool> {
+        Box::pin(async move { Ok(self.try_claim(id, ttl).await? == Claim::Won) })
+    }
+
+    fn try_claim<'a>(&'a self, id: &'a str, ttl: Duration) -> StoreFuture<'a, Claim> {
         // Whole seconds as the PHP layout stores them, at least one.
         let seconds = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX).max(1);
-        Box::pin(ask(
-            &self.claim,
-            (id.to_owned(), seconds),
-            "claim a message id",
-        ))
+        Box::pin(async move {
+            ask(&self.claim, (id.to_owned(), seconds), "claim a message id")
+                .await?
+                .map_err(failed("look up a lost claim"))
+        })
     }
 
     fn release<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {

@@ -1,7 +1,7 @@
 //! `polyq bench idempotency`: an idempotent consumer against the same consumer without a store,
 //! in one run, on PostgreSQL or Redis: acemq's (a claim before each handler call, a confirm after
-//! it) or BabelQueue's worker (the claiming contract: a lookup, a claim, the handler, a commit; or
-//! the seen-set: a lookup, the handler, a remember).
+//! it) or BabelQueue's worker (the claiming contract: a claim that also tells a committed id, the
+//! handler, a commit; or the seen-set: a lookup, the handler, a remember).
 //!
 //! Each round, for each side in ABBA order: `--messages` messages are published to a queue of
 //! their own (not timed), then a consumer with the given concurrency and prefetch and a no-op
