@@ -68,9 +68,9 @@ pub trait ClaimingStore: IdempotencyStore {
 /// committed one (skipped) from one held by another consumer. A duplicate that finds the claim
 /// held waits, trying again with a growing pause (up to half a second), until the winner commits
 /// (then it is skipped), releases (then it claims and runs), or `max_wait` passes (then it is
-/// refused with [`Refusal::InProgress`], to be delivered again). No usable id runs unguarded. After success the id is committed (best effort, as
-/// [`super::record_success`]); after a failure the claim is released (best effort: the claim's
-/// TTL is the backstop).
+/// refused with [`Refusal::InProgress`], to be delivered again). No usable id runs unguarded.
+/// After success the id is committed (best effort, as [`super::record_success`]); after a
+/// failure the claim is released (best effort: the claim's TTL is the backstop).
 ///
 /// # Errors
 /// [`Refusal::Store`] when the store cannot answer, [`Refusal::InProgress`] when the claim stayed
