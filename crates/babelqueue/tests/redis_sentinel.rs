@@ -22,22 +22,42 @@ use serde_json::json;
 /// on the replica that is promoted.
 const DURABLE: &str = "wait_replicas=1&wait_timeout_ms=1000";
 
+/// The master before and after a switch, as `scripts/redis-sentinel failover` and `kill-master`
+/// print it once every Sentinel names the new one.
+fn switch(printed: &str) -> (String, String) {
+    let (from, to) = printed
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("not a switch of masters: {printed:?}"));
+    (from.to_owned(), to.to_owned())
+}
+
 async fn master_killed_mid_load(layout: RedisLayout) {
     let nodes = RedisNodes::sentinel();
     let url = format!("{}?{DURABLE}", nodes.url());
-    let before = nodes.run(&["master"]);
+    let before = nodes.run(&["master"]).trim().to_owned();
     let name = polyq_testkit::unique_name("bq-sentinel");
+    let mut switched = String::new();
     let report = publish_and_consume_through(&url, layout, &name, || {
         tokio::task::block_in_place(|| {
-            nodes.run(&["kill-master"]);
+            switched = nodes.run(&["kill-master"]);
             // The killed node comes back as a replica of the new master, so that writes can be
             // acknowledged by a replica again.
             nodes.run(&["start"]);
         });
     })
     .await;
-    let after = nodes.run(&["master"]);
-    assert_ne!(before, after, "the Sentinels promoted the replica");
+    let (killed, promoted) = switch(&switched);
+    assert_eq!(
+        killed, before,
+        "the master killed is the one the load began on"
+    );
+    assert_ne!(promoted, killed, "the Sentinels promoted the replica");
+    assert_eq!(
+        nodes.run(&["master"]).trim(),
+        promoted,
+        "every Sentinel still names the promoted replica"
+    );
     report.assert_nothing_lost();
 }
 
@@ -152,9 +172,10 @@ async fn a_failover_the_sentinels_run_is_followed_to_the_new_master() {
     let name = polyq_testkit::unique_name("bq-sentinel-failover");
     let queue = connect(&url, RedisLayout::Default, &name).await.unwrap();
     queue.publish(URN, &json!({"n": 1})).await.unwrap();
-    let before = nodes.run(&["master"]);
-    tokio::task::block_in_place(|| nodes.run(&["failover"]));
-    assert_ne!(nodes.run(&["master"]), before);
+    let before = nodes.run(&["master"]).trim().to_owned();
+    let (from, to) = switch(&tokio::task::block_in_place(|| nodes.run(&["failover"])));
+    assert_eq!(from, before);
+    assert_ne!(to, from, "the Sentinels promoted the replica");
     // The old master answers READONLY now: the first write after the switch may fail
     // transiently, the next ones go to the new master.
     let started = Instant::now();

@@ -22,8 +22,16 @@ const PUBLISHERS: u64 = 16;
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How long publishers keep trying once the schedule has run out.
 const PUBLISH_SLACK: Duration = Duration::from_secs(60);
-/// How long the worker may take, after the last publish, to process what was confirmed.
-const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How long the worker may go without processing anything while confirmed messages wait, after
+/// the last publish: a worker that stopped, or never came back after the fault, is told from
+/// one that works slowly on a loaded machine (a worker making one round trip after another
+/// through a backlog, as the Laravel layout's does, is starved of CPU, not stopped).
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+/// How long a worker that keeps processing may take, after the last publish, to work through
+/// what was confirmed: a bound on the campaign's time, far beyond the slowest drain measured.
+const DRAIN_LIMIT: Duration = Duration::from_secs(600);
+/// How long the worker may take to stop once drained.
+const STOP_LIMIT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(20);
 
 /// The traffic of one scenario.
@@ -87,6 +95,11 @@ pub struct FaultReport {
 }
 
 impl Load {
+    /// The longest a load goes on past its schedule: the publishers' retries, the drain and
+    /// the worker's stop.
+    pub const LONGEST_TAIL: Duration =
+        Duration::from_secs(PUBLISH_SLACK.as_secs() + DRAIN_LIMIT.as_secs() + STOP_LIMIT.as_secs());
+
     /// Runs the traffic on a queue of its own with `fault` beside it, and tallies it.
     ///
     /// # Errors
@@ -153,16 +166,25 @@ impl Load {
         let report = report?;
 
         let confirmed: Vec<(u64, Instant)> = lock(&confirms).clone();
-        let drained = Instant::now() + DRAIN_LIMIT;
+        let drain_began = Instant::now();
+        let mut last_processed = drain_began;
         let mut unprocessed: HashSet<u64> = confirmed.iter().map(|(seq, _)| *seq).collect();
         let mut seen = 0;
-        while Instant::now() < drained && !worker.is_finished() {
+        let mut stalled = false;
+        while !worker.is_finished() {
             let new = ledger.records_from(seen);
             seen += new.len();
+            if !new.is_empty() {
+                last_processed = Instant::now();
+            }
             for (seq, _) in &new {
                 unprocessed.remove(seq);
             }
-            if unprocessed.is_empty() {
+            if unprocessed.is_empty() || drain_began.elapsed() >= DRAIN_LIMIT {
+                break;
+            }
+            if last_processed.elapsed() >= STALL_LIMIT {
+                stalled = true;
                 break;
             }
             tokio::time::sleep(POLL).await;
@@ -170,7 +192,7 @@ impl Load {
         let stopped = Instant::now();
         sampling.abort();
         shutdown.stop();
-        let worker_result = tokio::time::timeout(Duration::from_secs(30), worker).await;
+        let worker_result = tokio::time::timeout(STOP_LIMIT, worker).await;
         if let Ok(publisher) = Arc::try_unwrap(progress) {
             publisher.publisher.close().await.ok();
         }
@@ -269,14 +291,24 @@ impl Load {
                 failure.get_or_insert(format!("the worker panicked: {panicked}"));
             }
             Err(_) => {
-                failure.get_or_insert("the worker did not stop within 30 s".to_owned());
+                failure.get_or_insert(format!(
+                    "the worker did not stop within {} s",
+                    STOP_LIMIT.as_secs()
+                ));
             }
         }
         if stranded > 0 {
-            failure.get_or_insert(format!(
-                "{stranded} messages still queued, unprocessed, {}s after the last publish",
-                DRAIN_LIMIT.as_secs()
-            ));
+            failure.get_or_insert(if stalled {
+                format!(
+                    "{stranded} messages still queued and none processed for {} s: the worker stopped",
+                    STALL_LIMIT.as_secs()
+                )
+            } else {
+                format!(
+                    "{stranded} messages still queued {} s after the last publish, the worker still processing",
+                    DRAIN_LIMIT.as_secs()
+                )
+            });
         }
         Ok(Outcome {
             scenario: scenario.to_owned(),

@@ -185,7 +185,7 @@ impl Campaign {
         // Beyond every bound inside: the traffic, the alarm, publishers' retries, the drain.
         let limit = match scenario {
             Scenario::Kill(_) => s.kill_limit + Duration::from_secs(60),
-            _ => s.lead + s.load + s.alarm + Duration::from_secs(240),
+            _ => s.lead + s.load + s.alarm + Load::LONGEST_TAIL + Duration::from_secs(60),
         };
         tokio::time::timeout(limit, self.run_unbounded(scenario))
             .await
