@@ -9,7 +9,7 @@ use std::time::Duration;
 use acemq::{AceMq, Envelope, Message};
 use anyhow::Context;
 use babelqueue::BabelQueue;
-use babelqueue::transport::redis::RedisOptions;
+use babelqueue::transport::redis::{LaravelTransport, RedisOptions, RedisTransport};
 use babelqueue::transport::{ConnectOptions, RedisLayout};
 use babelqueue::worker::{Job, Shutdown};
 use futures_util::{StreamExt, TryStreamExt};
@@ -247,19 +247,16 @@ impl Binding {
             // script that started it.
             return Ok(());
         }
-        if self.is_redis() {
-            let client = redis::Client::open(url)?;
-            let mut connection = client.get_multiplexed_async_connection().await?;
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("*{queue}*"))
-                .query_async(&mut connection)
+        if self == Binding::BabelLaravel {
+            LaravelTransport::connect(url, RedisOptions::new())
+                .await?
+                .delete_queue(queue)
                 .await?;
-            if !keys.is_empty() {
-                redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async::<()>(&mut connection)
-                    .await?;
-            }
+        } else if self.is_redis() {
+            RedisTransport::connect(url, RedisOptions::new())
+                .await?
+                .delete_queue(queue)
+                .await?;
         } else {
             let client = polyq_amqp::Client::connect(url).await?;
             for name in [
