@@ -80,6 +80,7 @@ mod redact;
 mod tls;
 mod topology;
 mod value;
+mod vhost;
 
 /// The `tracing` filter directive that silences lapin's log line for a returned message, which
 /// holds the message's body and header values: add it to the application's subscriber (see
@@ -97,3 +98,4 @@ pub use redact::redact_url;
 pub use tls::TlsOptions;
 pub use topology::{Binding, ExchangeKind, ExchangeSpec, QueueInfo, QueueSpec};
 pub use value::{FieldTable, FieldValue};
+pub use vhost::vhost_of;
