@@ -63,8 +63,8 @@
 //! # drop(filter);
 //! ```
 
-#[cfg(feature = "amqp")]
 mod addresses;
+#[cfg(feature = "amqp")]
 mod amqp;
 pub mod browse;
 mod client;
