@@ -14,6 +14,7 @@ use babelqueue::idempotency::{
     ClaimingStore, IdempotencyStore, PostgresClaimingStore, PostgresStore, RedisClaimingStore,
     RedisStore,
 };
+use polyq_testkit::postgres::DropTables;
 use redis::AsyncCommands;
 
 const TTL: Duration = Duration::from_secs(3600);
@@ -103,25 +104,20 @@ async fn redis_seen_set_keeps_the_go_layout() {
     polyq_testkit::brokers::delete_redis_keys(&url, &prefix).await;
 }
 
-/// A pool and a table name of this test's own, dropped by [`drop_table`].
-async fn table() -> (sqlx::PgPool, String) {
+/// A pool and a table name of this test's own, and the guard that drops the table, also when
+/// the test fails.
+async fn table() -> (sqlx::PgPool, String, DropTables) {
     let pool = sqlx::PgPool::connect(&polyq_testkit::postgres_url())
         .await
         .unwrap();
     let name = polyq_testkit::unique_name("bq_idem_store").replace('.', "_");
-    (pool, name)
-}
-
-async fn drop_table(pool: &sqlx::PgPool, table: &str) {
-    sqlx::raw_sql(&format!("DROP TABLE {table}"))
-        .execute(pool)
-        .await
-        .unwrap();
+    let dropped = DropTables::new([&name]);
+    (pool, name, dropped)
 }
 
 #[tokio::test]
 async fn postgres_claiming_store() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresClaimingStore::new(pool.clone())
         .table(&table)
         .unwrap();
@@ -164,12 +160,11 @@ async fn postgres_claiming_store() {
     .await
     .unwrap();
     assert_eq!((state.as_str(), expires), ("seen", None));
-    drop_table(&pool, &table).await;
 }
 
 #[tokio::test]
 async fn postgres_seen_set_treats_an_expired_row_as_absent() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresStore::new(pool.clone())
         .table(&table)
         .unwrap()
@@ -202,7 +197,6 @@ async fn postgres_seen_set_treats_an_expired_row_as_absent() {
     assert_eq!(store.purge_expired().await.unwrap(), 1);
     store.forget("id-A").await.unwrap();
     assert!(!store.seen("id-A").await.unwrap());
-    drop_table(&pool, &table).await;
 }
 
 #[tokio::test]
@@ -247,7 +241,7 @@ async fn the_shipped_migration_creates_both_default_tables() {
 /// claims of distinct ids among them are each won.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_concurrent_claims_win_each_id_once() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresClaimingStore::new(pool.clone())
         .table(&table)
         .unwrap();
@@ -275,14 +269,13 @@ async fn postgres_concurrent_claims_win_each_id_once() {
     for (id, seen) in ids.iter().zip(seen) {
         assert_eq!(seen.unwrap(), expected.contains(id), "{id}");
     }
-    drop_table(&pool, &table).await;
 }
 
 /// An id the table cannot hold (past `VARCHAR(255)`) fails its own call, not the others
 /// batched with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_an_id_the_table_refuses_fails_only_its_own_call() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresClaimingStore::new(pool.clone())
         .table(&table)
         .unwrap();
@@ -307,13 +300,12 @@ async fn postgres_an_id_the_table_refuses_fails_only_its_own_call() {
     for (id, commit) in ids.iter().zip(commits) {
         assert_eq!(commit.is_err(), *id == long, "{id}");
     }
-    drop_table(&pool, &table).await;
 }
 
 /// Lookups and records made at once on the seen-set each get their own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_seen_set_answers_each_of_concurrent_calls() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresStore::new(pool.clone()).table(&table).unwrap();
     store.migrate().await.unwrap();
     let ids: Vec<String> = (0..100).map(|n| format!("id-{}", n % 50)).collect();
@@ -335,7 +327,6 @@ async fn postgres_seen_set_answers_each_of_concurrent_calls() {
     .await
     .unwrap();
     assert_eq!(rows, 5, "one row per id, no expiry without a TTL");
-    drop_table(&pool, &table).await;
 }
 
 /// A lookup is planned for the table as it is when it runs: after many lookups on a small table
@@ -350,8 +341,9 @@ async fn postgres_lookups_keep_no_plan_made_while_the_table_was_small() {
         .connect(&polyq_testkit::postgres_url())
         .await
         .unwrap();
-    let (_, seen_set_table) = table().await;
+    let (_, seen_set_table, _seen_set_dropped) = table().await;
     let claiming_table = format!("{seen_set_table}_claiming");
+    let _claiming_dropped = DropTables::new([&claiming_table]);
     let seen_set = PostgresStore::new(pool.clone())
         .table(&seen_set_table)
         .unwrap();
@@ -379,6 +371,4 @@ async fn postgres_lookups_keep_no_plan_made_while_the_table_was_small() {
     .await
     .unwrap();
     assert!(cached.is_empty(), "lookups on cached plans: {cached:?}");
-    drop_table(&pool, &seen_set_table).await;
-    drop_table(&pool, &claiming_table).await;
 }

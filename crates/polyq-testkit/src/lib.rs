@@ -5,6 +5,8 @@
 
 pub mod brokers;
 pub mod child;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod proxy;
 pub mod rabbitmq;
 pub mod rabbitmq_cluster;
