@@ -12,6 +12,7 @@ use acemq::outbox::{Outbox, OutboxRelay};
 use common::LIMIT;
 use futures_util::StreamExt as _;
 use polyq_amqp::{ConsumeOptions, QueueSpec};
+use polyq_testkit::brokers::DeleteQueues;
 use polyq_testkit::postgres::DropTables;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -34,8 +35,10 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it() {
         .execute(&db)
         .await
         .unwrap();
-    let mq = AceMq::connect(&polyq_testkit::amqp_url()).await.unwrap();
+    let url = polyq_testkit::amqp_url();
+    let mq = AceMq::connect(&url).await.unwrap();
     let queue = polyq_testkit::unique_name("acemq.outbox.crash");
+    let _deleted = DeleteQueues::new(&url, [&queue]);
     mq.client()
         .declare_queue(&QueueSpec::new(queue.clone()))
         .await
@@ -100,7 +103,6 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it() {
         0
     );
 
-    mq.client().delete_queue(&queue).await.unwrap();
     mq.close().await.unwrap();
 }
 

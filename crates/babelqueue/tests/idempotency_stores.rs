@@ -14,7 +14,8 @@ use babelqueue::idempotency::{
     ClaimingStore, IdempotencyStore, PostgresClaimingStore, PostgresStore, RedisClaimingStore,
     RedisStore,
 };
-use polyq_testkit::postgres::DropTables;
+use polyq_testkit::brokers::DeleteQueues;
+use polyq_testkit::postgres::{DropSchemas, DropTables};
 use redis::AsyncCommands;
 
 const TTL: Duration = Duration::from_secs(3600);
@@ -43,6 +44,8 @@ async fn claiming_contract(store: &dyn ClaimingStore, id: &str) {
 async fn redis_claiming_store() {
     let url = polyq_testkit::redis_url();
     let prefix = format!("{}:", polyq_testkit::unique_name("bq-idem-store"));
+    // On Redis the guard deletes every key containing the prefix: the store's keys.
+    let _keys = DeleteQueues::new(&url, [&prefix]);
     let store = RedisClaimingStore::connect(&url)
         .await
         .unwrap()
@@ -73,13 +76,14 @@ async fn redis_claiming_store() {
     let value: String = redis.get(&key).await.unwrap();
     let ttl: i64 = redis.pttl(&key).await.unwrap();
     assert_eq!((value.as_str(), ttl), ("2", -1), "PHP's SEEN, no expiry");
-    polyq_testkit::brokers::delete_redis_keys(&url, &prefix).await;
 }
 
 #[tokio::test]
 async fn redis_seen_set_keeps_the_go_layout() {
     let url = polyq_testkit::redis_url();
     let prefix = format!("{}:", polyq_testkit::unique_name("bq-idem-store"));
+    // On Redis the guard deletes every key containing the prefix: the store's keys.
+    let _keys = DeleteQueues::new(&url, [&prefix]);
     let store = RedisStore::connect(&url)
         .await
         .unwrap()
@@ -101,7 +105,6 @@ async fn redis_seen_set_keeps_the_go_layout() {
     assert!(ttl > 0 && ttl <= 3_600_000, "PX from the TTL: {ttl}");
     store.forget("id-A").await.unwrap();
     assert!(!store.seen("id-A").await.unwrap());
-    polyq_testkit::brokers::delete_redis_keys(&url, &prefix).await;
 }
 
 /// A pool and a table name of this test's own, and the guard that drops the table, also when
@@ -208,6 +211,7 @@ async fn the_shipped_migration_creates_both_default_tables() {
         .await
         .unwrap();
     let schema = polyq_testkit::unique_name("bq_idem_migration").replace('.', "_");
+    let _dropped = DropSchemas::new([&schema]);
     sqlx::raw_sql(&format!(
         "CREATE SCHEMA {schema}; SET search_path TO {schema}"
     ))
@@ -231,10 +235,6 @@ async fn the_shipped_migration_creates_both_default_tables() {
         .unwrap();
         assert_eq!(found, columns, "{table}");
     }
-    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
-        .execute(&pool)
-        .await
-        .unwrap();
 }
 
 /// Claims of one id made at once (batched into one statement, or a few) are won exactly once;

@@ -5,6 +5,7 @@
 
 pub mod brokers;
 pub mod child;
+mod guard;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod proxy;

@@ -1,5 +1,5 @@
-//! PostgreSQL tables a test makes, dropped when the test ends, whether it passed or not
-//! (feature `postgres`).
+//! PostgreSQL tables and schemas a test makes, dropped when the test ends, whether it passed or
+//! not (feature `postgres`).
 //!
 //! ```ignore
 //! let table = polyq_testkit::unique_name("outbox").replace('.', "_");
@@ -13,8 +13,7 @@ use sqlx::Connection as _;
 /// is dropped: at the end of the test, or while a failed test unwinds.
 #[derive(Debug)]
 pub struct DropTables {
-    url: String,
-    tables: Vec<String>,
+    _guard: Guard,
 }
 
 impl DropTables {
@@ -25,67 +24,107 @@ impl DropTables {
     /// When the server cannot be reached.
     pub fn new(tables: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
-            url: crate::postgres_url(),
-            tables: tables.into_iter().map(Into::into).collect(),
+            _guard: Guard::new(Kind::Tables, tables),
         }
-    }
-
-    fn drop_tables(&self) -> Result<(), String> {
-        let url = self.url.clone();
-        let mut statement = String::new();
-        if std::thread::panicking() {
-            // A test that failed mid-transaction leaves a connection holding locks on its
-            // tables, one its runtime would only give back once this drop returns: the
-            // sessions locking them, the test's own as the names are unique, are ended first.
-            let tables: Vec<String> = self
-                .tables
-                .iter()
-                .map(|table| format!("to_regclass('{}')", table.replace('\'', "''")))
-                .collect();
-            statement.push_str(&format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'relation' \
-                 AND relation = ANY(ARRAY[{}]::oid[]) AND pid <> pg_backend_pid();",
-                tables.join(", ")
-            ));
-        }
-        statement.push_str(&format!("DROP TABLE IF EXISTS {}", self.tables.join(", ")));
-        // A connection belongs to the runtime that opened it, and this runs from `Drop`, maybe
-        // inside the test's runtime, maybe while it unwinds: the statement gets a thread and a
-        // runtime of its own.
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|error| error.to_string())?;
-            runtime.block_on(async {
-                let mut connection = sqlx::PgConnection::connect(&url)
-                    .await
-                    .map_err(|error| error.to_string())?;
-                sqlx::raw_sql(&statement)
-                    .execute(&mut connection)
-                    .await
-                    .map_err(|error| error.to_string())?;
-                connection.close().await.map_err(|error| error.to_string())
-            })
-        })
-        .join()
-        .map_err(|_| "the thread dropping the tables panicked".to_owned())?
     }
 }
 
-impl Drop for DropTables {
+/// Drops its schemas with everything in them (`DROP SCHEMA IF EXISTS ... CASCADE`) when it is
+/// dropped: at the end of the test, or while a failed test unwinds.
+#[derive(Debug)]
+pub struct DropSchemas {
+    _guard: Guard,
+}
+
+impl DropSchemas {
+    /// A guard for `schemas` on the PostgreSQL of [`postgres_url`](crate::postgres_url); make it
+    /// before the schemas, so that one made before a failure is dropped too.
+    ///
+    /// # Panics
+    /// When the server cannot be reached.
+    pub fn new(schemas: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            _guard: Guard::new(Kind::Schemas, schemas),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Tables,
+    Schemas,
+}
+
+#[derive(Debug)]
+struct Guard {
+    kind: Kind,
+    url: String,
+    names: Vec<String>,
+}
+
+impl Guard {
+    fn new(kind: Kind, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            kind,
+            url: crate::postgres_url(),
+            names: names.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    fn statement(&self) -> String {
+        let mut statement = String::new();
+        if std::thread::panicking() {
+            // A test that failed mid-transaction leaves a connection holding locks on its
+            // tables (or on the tables in its schemas), one its runtime would only give back
+            // once this drop returns: the sessions locking them, the test's own as the names are
+            // unique, are ended first.
+            let literals: Vec<String> = self
+                .names
+                .iter()
+                .map(|name| format!("'{}'", name.replace('\'', "''")))
+                .collect();
+            let names = format!("unnest(ARRAY[{}]::text[]) AS name", literals.join(", "));
+            let relations = match self.kind {
+                Kind::Tables => format!("SELECT to_regclass(name) FROM {names}"),
+                Kind::Schemas => format!(
+                    "SELECT oid FROM pg_class WHERE relnamespace IN \
+                     (SELECT to_regnamespace(name) FROM {names})"
+                ),
+            };
+            statement.push_str(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'relation' \
+                 AND relation IN ({relations}) AND pid <> pg_backend_pid();"
+            ));
+        }
+        let names = self.names.join(", ");
+        statement.push_str(&match self.kind {
+            Kind::Tables => format!("DROP TABLE IF EXISTS {names}"),
+            Kind::Schemas => format!("DROP SCHEMA IF EXISTS {names} CASCADE"),
+        });
+        statement
+    }
+}
+
+impl Drop for Guard {
     fn drop(&mut self) {
-        if self.tables.is_empty() {
+        if self.names.is_empty() {
             return;
         }
-        if let Err(error) = self.drop_tables() {
-            // A test that passed fails on what it left behind; one already failing keeps its
-            // own panic.
-            assert!(
-                std::thread::panicking(),
-                "could not drop the tables {:?}: {error}",
-                self.tables
-            );
-        }
+        let url = self.url.clone();
+        let statement = self.statement();
+        let what = match self.kind {
+            Kind::Tables => format!("drop the tables {:?}", self.names),
+            Kind::Schemas => format!("drop the schemas {:?}", self.names),
+        };
+        crate::guard::clean_up_on_drop(&what, move || async move {
+            let mut connection = sqlx::PgConnection::connect(&url)
+                .await
+                .map_err(|error| error.to_string())?;
+            sqlx::raw_sql(&statement)
+                .execute(&mut connection)
+                .await
+                .map_err(|error| error.to_string())?;
+            connection.close().await.map_err(|error| error.to_string())
+        });
     }
 }
