@@ -43,6 +43,11 @@
 //! `cargo run -p polyq-amqp --example embedded_broker`. How the two families use this crate:
 //! the `acemq` and `babelqueue` crate docs, and `docs/` in the repository.
 //!
+// Without the feature its module is not built: its links lead to the feature's note instead.
+#![cfg_attr(
+    not(feature = "management"),
+    doc = "[`management`]: crate#feature-flags\n[`management::Management`]: crate#feature-flags"
+)]
 //! # Feature flags
 //!
 //! - `amqp` (default): `amqp://` and `amqps://` over lapin. Without it, only `memory://`.
