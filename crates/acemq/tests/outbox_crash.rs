@@ -12,6 +12,8 @@ use acemq::outbox::{Outbox, OutboxRelay};
 use common::LIMIT;
 use futures_util::StreamExt as _;
 use polyq_amqp::{ConsumeOptions, QueueSpec};
+use polyq_testkit::brokers::DeleteQueues;
+use polyq_testkit::postgres::DropTables;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -26,14 +28,17 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it() {
         .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
     let suffix = polyq_testkit::unique_name("crash").replace(['-', '.'], "_");
     let outbox = Outbox::in_table(&format!("acemq_outbox_{suffix}")).unwrap();
-    outbox.migrate(&db).await.unwrap();
     let business = format!("orders_{suffix}");
+    let _dropped = DropTables::new([outbox.table(), business.as_str()]);
+    outbox.migrate(&db).await.unwrap();
     sqlx::query(&format!("CREATE TABLE {business} (id BIGINT PRIMARY KEY)"))
         .execute(&db)
         .await
         .unwrap();
-    let mq = AceMq::connect(&polyq_testkit::amqp_url()).await.unwrap();
+    let url = polyq_testkit::amqp_url();
+    let mq = AceMq::connect(&url).await.unwrap();
     let queue = polyq_testkit::unique_name("acemq.outbox.crash");
+    let _deleted = DeleteQueues::new(&url, [&queue]);
     mq.client()
         .declare_queue(&QueueSpec::new(queue.clone()))
         .await
@@ -98,14 +103,7 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it() {
         0
     );
 
-    mq.client().delete_queue(&queue).await.unwrap();
     mq.close().await.unwrap();
-    for table in [outbox.table(), &business] {
-        sqlx::query(&format!("DROP TABLE {table}"))
-            .execute(&db)
-            .await
-            .unwrap();
-    }
 }
 
 /// The writing process of the kill test: commits an order and its message in one transaction,

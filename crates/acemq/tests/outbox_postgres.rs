@@ -14,6 +14,7 @@ use acemq::outbox::{Outbox, OutboxRelay};
 use common::{Env, LIMIT};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use polyq_amqp::QueueSpec;
+use polyq_testkit::postgres::DropTables;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
 
@@ -82,11 +83,12 @@ fn outbox_meters(table: &str) -> (u64, u64, Option<f64>) {
     )
 }
 
-/// A unique outbox table and business table, dropped by [`Tables::drop`].
+/// A unique outbox table and business table, dropped with it, also when the test fails.
 struct Tables {
     db: PgPool,
     outbox: Outbox,
     business: String,
+    _dropped: DropTables,
 }
 
 impl Tables {
@@ -96,10 +98,11 @@ impl Tables {
             .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
         let suffix = polyq_testkit::unique_name("t").replace(['-', '.'], "_");
         let outbox = Outbox::in_table(&format!("acemq_outbox_{suffix}")).unwrap();
+        let business = format!("orders_{suffix}");
+        let dropped = DropTables::new([outbox.table(), business.as_str()]);
         outbox.migrate(&db).await.expect("migrate");
         // Twice: the migration is safe to run again.
         outbox.migrate(&db).await.expect("migrate again");
-        let business = format!("orders_{suffix}");
         sqlx::query(&format!("CREATE TABLE {business} (id BIGINT PRIMARY KEY)"))
             .execute(&db)
             .await
@@ -108,6 +111,7 @@ impl Tables {
             db,
             outbox,
             business,
+            _dropped: dropped,
         }
     }
 
@@ -143,16 +147,6 @@ impl Tables {
             .await
             .unwrap()
             .get(0)
-    }
-
-    async fn drop(self) {
-        for table in [self.outbox.table(), &self.business] {
-            sqlx::query(&format!("DROP TABLE {table}"))
-                .execute(&self.db)
-                .await
-                .unwrap();
-        }
-        self.db.close().await;
     }
 }
 
@@ -193,7 +187,6 @@ async fn commits_or_rolls_back_with_the_business_row(env: &'static Env) {
             .await,
         1
     );
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(commits_or_rolls_back_with_the_business_row);
 
@@ -227,7 +220,6 @@ async fn the_next_relay_publishes_what_a_stopped_one_left(env: &'static Env) {
         .await
         .expect("the relay stops when asked")
         .unwrap();
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(the_next_relay_publishes_what_a_stopped_one_left);
 
@@ -260,7 +252,6 @@ async fn two_relays_never_publish_a_row_twice(env: &'static Env) {
         .map(|d| d.properties.message_id.unwrap())
         .collect();
     assert_eq!(ids.len(), rows);
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(two_relays_never_publish_a_row_twice);
 
@@ -307,7 +298,6 @@ async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env) {
         Some(0.0),
         "nothing is pending: the failed row is not lag"
     );
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(a_malformed_row_is_failed_and_the_rest_published);
 
@@ -347,6 +337,5 @@ async fn a_refused_publish_backs_off_and_is_published_later(env: &'static Env) {
     .await;
     assert!(published.is_ok(), "published once the backoff passed");
     assert_eq!(&env.next_in(&queue).await.body[..], br#"{"id":1}"#);
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(a_refused_publish_backs_off_and_is_published_later);

@@ -200,6 +200,12 @@ impl Error {
     /// assert!(Error::Store("connection refused".into()).is_transient());
     /// assert!(!Error::BlankUrn(" ".into()).is_transient());
     /// ```
+    ///
+    // Without the feature `RedisErrorKind` is not public: the link leads to the feature's note.
+    #[cfg_attr(
+        not(feature = "redis"),
+        doc = "[`RedisErrorKind::Connection`]: crate#feature-flags"
+    )]
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Amqp(error) => error.is_transient(),

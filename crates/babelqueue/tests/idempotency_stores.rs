@@ -14,6 +14,8 @@ use babelqueue::idempotency::{
     Claim, ClaimingStore, IdempotencyStore, PostgresClaimingStore, PostgresStore,
     RedisClaimingStore, RedisStore,
 };
+use polyq_testkit::brokers::DeleteQueues;
+use polyq_testkit::postgres::{DropSchemas, DropTables};
 use redis::AsyncCommands;
 
 const TTL: Duration = Duration::from_secs(3600);
@@ -54,6 +56,8 @@ async fn claiming_contract(store: &dyn ClaimingStore, id: &str) {
 async fn redis_claiming_store() {
     let url = polyq_testkit::redis_url();
     let prefix = format!("{}:", polyq_testkit::unique_name("bq-idem-store"));
+    // On Redis the guard deletes every key containing the prefix: the store's keys.
+    let _keys = DeleteQueues::new(&url, [&prefix]);
     let store = RedisClaimingStore::connect(&url)
         .await
         .unwrap()
@@ -84,13 +88,14 @@ async fn redis_claiming_store() {
     let value: String = redis.get(&key).await.unwrap();
     let ttl: i64 = redis.pttl(&key).await.unwrap();
     assert_eq!((value.as_str(), ttl), ("2", -1), "PHP's SEEN, no expiry");
-    polyq_testkit::brokers::delete_redis_keys(&url, &prefix).await;
 }
 
 #[tokio::test]
 async fn redis_seen_set_keeps_the_go_layout() {
     let url = polyq_testkit::redis_url();
     let prefix = format!("{}:", polyq_testkit::unique_name("bq-idem-store"));
+    // On Redis the guard deletes every key containing the prefix: the store's keys.
+    let _keys = DeleteQueues::new(&url, [&prefix]);
     let store = RedisStore::connect(&url)
         .await
         .unwrap()
@@ -112,28 +117,22 @@ async fn redis_seen_set_keeps_the_go_layout() {
     assert!(ttl > 0 && ttl <= 3_600_000, "PX from the TTL: {ttl}");
     store.forget("id-A").await.unwrap();
     assert!(!store.seen("id-A").await.unwrap());
-    polyq_testkit::brokers::delete_redis_keys(&url, &prefix).await;
 }
 
-/// A pool and a table name of this test's own, dropped by [`drop_table`].
-async fn table() -> (sqlx::PgPool, String) {
+/// A pool and a table name of this test's own, and the guard that drops the table, also when
+/// the test fails.
+async fn table() -> (sqlx::PgPool, String, DropTables) {
     let pool = sqlx::PgPool::connect(&polyq_testkit::postgres_url())
         .await
         .unwrap();
     let name = polyq_testkit::unique_name("bq_idem_store").replace('.', "_");
-    (pool, name)
-}
-
-async fn drop_table(pool: &sqlx::PgPool, table: &str) {
-    sqlx::raw_sql(&format!("DROP TABLE {table}"))
-        .execute(pool)
-        .await
-        .unwrap();
+    let dropped = DropTables::new([&name]);
+    (pool, name, dropped)
 }
 
 #[tokio::test]
 async fn postgres_claiming_store() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresClaimingStore::new(pool.clone())
         .table(&table)
         .unwrap();
@@ -176,12 +175,11 @@ async fn postgres_claiming_store() {
     .await
     .unwrap();
     assert_eq!((state.as_str(), expires), ("seen", None));
-    drop_table(&pool, &table).await;
 }
 
 #[tokio::test]
 async fn postgres_seen_set_treats_an_expired_row_as_absent() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresStore::new(pool.clone())
         .table(&table)
         .unwrap()
@@ -214,7 +212,6 @@ async fn postgres_seen_set_treats_an_expired_row_as_absent() {
     assert_eq!(store.purge_expired().await.unwrap(), 1);
     store.forget("id-A").await.unwrap();
     assert!(!store.seen("id-A").await.unwrap());
-    drop_table(&pool, &table).await;
 }
 
 #[tokio::test]
@@ -226,6 +223,7 @@ async fn the_shipped_migration_creates_both_default_tables() {
         .await
         .unwrap();
     let schema = polyq_testkit::unique_name("bq_idem_migration").replace('.', "_");
+    let _dropped = DropSchemas::new([&schema]);
     sqlx::raw_sql(&format!(
         "CREATE SCHEMA {schema}; SET search_path TO {schema}"
     ))
@@ -249,17 +247,13 @@ async fn the_shipped_migration_creates_both_default_tables() {
         .unwrap();
         assert_eq!(found, columns, "{table}");
     }
-    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
-        .execute(&pool)
-        .await
-        .unwrap();
 }
 
 /// Claims of one id made at once (batched into one statement, or a few) are won exactly once;
 /// claims of distinct ids among them are each won.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_concurrent_claims_win_each_id_once() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresClaimingStore::new(pool.clone())
         .table(&table)
         .unwrap();
@@ -303,14 +297,13 @@ async fn postgres_concurrent_claims_win_each_id_once() {
             assert_eq!(claim, Claim::Held, "{id}");
         }
     }
-    drop_table(&pool, &table).await;
 }
 
 /// An id the table cannot hold (past `VARCHAR(255)`) fails its own call, not the others
 /// batched with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_an_id_the_table_refuses_fails_only_its_own_call() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresClaimingStore::new(pool.clone())
         .table(&table)
         .unwrap();
@@ -335,13 +328,12 @@ async fn postgres_an_id_the_table_refuses_fails_only_its_own_call() {
     for (id, commit) in ids.iter().zip(commits) {
         assert_eq!(commit.is_err(), *id == long, "{id}");
     }
-    drop_table(&pool, &table).await;
 }
 
 /// Lookups and records made at once on the seen-set each get their own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_seen_set_answers_each_of_concurrent_calls() {
-    let (pool, table) = table().await;
+    let (pool, table, _dropped) = table().await;
     let store = PostgresStore::new(pool.clone()).table(&table).unwrap();
     store.migrate().await.unwrap();
     let ids: Vec<String> = (0..100).map(|n| format!("id-{}", n % 50)).collect();
@@ -363,7 +355,6 @@ async fn postgres_seen_set_answers_each_of_concurrent_calls() {
     .await
     .unwrap();
     assert_eq!(rows, 5, "one row per id, no expiry without a TTL");
-    drop_table(&pool, &table).await;
 }
 
 /// A lookup is planned for the table as it is when it runs: after many lookups on a small table
@@ -378,8 +369,9 @@ async fn postgres_lookups_keep_no_plan_made_while_the_table_was_small() {
         .connect(&polyq_testkit::postgres_url())
         .await
         .unwrap();
-    let (_, seen_set_table) = table().await;
+    let (_, seen_set_table, _seen_set_dropped) = table().await;
     let claiming_table = format!("{seen_set_table}_claiming");
+    let _claiming_dropped = DropTables::new([&claiming_table]);
     let seen_set = PostgresStore::new(pool.clone())
         .table(&seen_set_table)
         .unwrap();
@@ -418,6 +410,4 @@ async fn postgres_lookups_keep_no_plan_made_while_the_table_was_small() {
     .await
     .unwrap();
     assert!(cached.is_empty(), "lookups on cached plans: {cached:?}");
-    drop_table(&pool, &seen_set_table).await;
-    drop_table(&pool, &claiming_table).await;
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use babelqueue::outbox::{Outbox, OutboxRelay, PgOutboxStore};
 use babelqueue::{MakeOptions, make};
 use polyq_testkit::brokers::TestBroker;
+use polyq_testkit::postgres::DropTables;
 use runtime_support::Bound;
 use serde_json::json;
 use sqlx::PgPool;
@@ -44,11 +45,12 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it(broker: &'static Te
         .await
         .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
     let suffix = polyq_testkit::unique_name("crash").replace(['-', '.'], "_");
+    let business = business_table(&suffix);
+    let _dropped = DropTables::new([outbox_table(&suffix), business.clone()]);
     let store = PgOutboxStore::new(db.clone())
         .in_table(&outbox_table(&suffix))
         .unwrap();
     store.migrate().await.unwrap();
-    let business = business_table(&suffix);
     sqlx::query(&format!("CREATE TABLE {business} (id BIGINT PRIMARY KEY)"))
         .execute(&db)
         .await
@@ -88,12 +90,6 @@ async fn kill_9_after_the_commit_the_next_relay_publishes_it(broker: &'static Te
     let status = relay.status().await.unwrap();
     assert_eq!((status.pending, status.failed), (0, 0));
 
-    for table in [store.table(), &business] {
-        sqlx::query(&format!("DROP TABLE {table}"))
-            .execute(&db)
-            .await
-            .unwrap();
-    }
     db.close().await;
 }
 polyq_testkit::both_brokers!(

@@ -13,16 +13,18 @@ use babelqueue::outbox::{Outbox, OutboxRelay, PgOutboxStore};
 use babelqueue::transport::{AnyTransport, ConnectOptions, Transport};
 use babelqueue::{Envelope, MakeOptions, make};
 use polyq_testkit::brokers::TestBroker;
+use polyq_testkit::postgres::DropTables;
 use runtime_support::{Bound, PATIENCE};
 use serde_json::json;
 use sqlx::{PgPool, Row};
 
-/// A unique outbox table and business table, dropped by [`Tables::drop`].
+/// A unique outbox table and business table, dropped with it, also when the test fails.
 struct Tables {
     db: PgPool,
     store: PgOutboxStore,
     outbox: Outbox,
     business: String,
+    _dropped: DropTables,
 }
 
 impl Tables {
@@ -32,11 +34,12 @@ impl Tables {
             .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
         let suffix = polyq_testkit::unique_name("t").replace(['-', '.'], "_");
         let table = format!("babelqueue_outbox_{suffix}");
+        let business = format!("orders_{suffix}");
+        let dropped = DropTables::new([&table, &business]);
         let store = PgOutboxStore::new(db.clone()).in_table(&table).unwrap();
         store.migrate().await.expect("migrate");
         // Twice: the migration is safe to run again.
         store.migrate().await.expect("migrate again");
-        let business = format!("orders_{suffix}");
         sqlx::query(&format!("CREATE TABLE {business} (id BIGINT PRIMARY KEY)"))
             .execute(&db)
             .await
@@ -46,6 +49,7 @@ impl Tables {
             store,
             outbox: Outbox::in_table(&table).unwrap(),
             business,
+            _dropped: dropped,
         }
     }
 
@@ -86,16 +90,6 @@ impl Tables {
             .unwrap()
             .get(0)
     }
-
-    async fn drop(self) {
-        for table in [self.store.table(), &self.business] {
-            sqlx::query(&format!("DROP TABLE {table}"))
-                .execute(&self.db)
-                .await
-                .unwrap();
-        }
-        self.db.close().await;
-    }
 }
 
 async fn commits_or_rolls_back_with_the_business_row(broker: &'static TestBroker) {
@@ -118,7 +112,6 @@ async fn commits_or_rolls_back_with_the_business_row(broker: &'static TestBroker
     let status = relay.status().await.unwrap();
     assert_eq!((status.pending, status.failed), (0, 0));
     assert_eq!(status.oldest_pending_age, None);
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(
     on memory, rabbitmq, redis;
@@ -157,7 +150,6 @@ async fn the_next_relay_publishes_what_a_stopped_one_left(broker: &'static TestB
         .await
         .expect("the relay stops when asked")
         .unwrap();
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(
     on memory, rabbitmq, redis;
@@ -196,7 +188,6 @@ async fn two_relays_never_publish_a_row_twice(broker: &'static TestBroker) {
         ids.insert(decoded.envelope.meta().unwrap().id().unwrap().to_owned());
     }
     assert_eq!(ids.len(), rows);
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(on memory, rabbitmq, redis; two_relays_never_publish_a_row_twice);
 
@@ -241,7 +232,6 @@ async fn a_malformed_row_is_failed_and_the_rest_published(broker: &'static TestB
         Default::default(),
         "not offered again"
     );
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(
     on memory, rabbitmq, redis;
@@ -288,7 +278,6 @@ async fn a_failed_publish_backs_off_and_is_published_later(broker: &'static Test
     assert!(published.is_ok(), "published once the backoff passed");
     let taken = bound.take_and_ack(&queue).await;
     assert_eq!(&taken.body[..], written.encode().unwrap().as_bytes());
-    tables.drop().await;
 }
 polyq_testkit::both_brokers!(
     on memory, rabbitmq;

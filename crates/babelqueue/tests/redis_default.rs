@@ -557,3 +557,56 @@ async fn moving_many_to_the_end_keeps_their_order_and_reports_each() {
     assert!(f.list(&f.transport.processing_key(&queue)).await.is_empty());
     assert!(f.deadlines().await.is_empty());
 }
+
+#[tokio::test]
+async fn deleting_a_queue_removes_its_keys_and_its_dead_letter_queues_and_no_other() {
+    let mut f = fixture(RedisOptions::new().prefetch(2)).await;
+    let options = f.transport.options().clone();
+    let dlq = options.dead_letter_queue(&f.queue);
+    let neighbour = format!("{}-neighbour", f.queue);
+    for body in ["a", "b", "c"] {
+        f.transport
+            .publish(&f.queue, Bytes::from(body), &[])
+            .await
+            .unwrap();
+    }
+    f.transport
+        .publish(&neighbour, Bytes::from("n"), &[])
+        .await
+        .unwrap();
+    // Each reserve prefetches a second message: it is held in the transport, reserved on the
+    // server.
+    let job = f.reserve().await;
+    f.transport
+        .dead_letter(&job.receipt, &dlq, Bytes::from("a"))
+        .await
+        .unwrap();
+    for body in ["x", "y"] {
+        f.transport
+            .publish(&dlq, Bytes::from(body), &[])
+            .await
+            .unwrap();
+    }
+    let dead = f
+        .transport
+        .reserve(&dlq, UPPER_BOUND)
+        .await
+        .unwrap()
+        .expect("the dead-lettered message");
+    let mut keys = options.default_layout_keys(&f.queue).to_vec();
+    keys.extend(options.default_layout_keys(&dlq));
+    let existing: u64 = f.raw.exists(&keys).await.unwrap();
+    assert_eq!(existing, 6, "{keys:?}");
+
+    assert_eq!(f.transport.delete_queue(&f.queue).await.unwrap(), 6);
+    let left: u64 = f.raw.exists(&keys).await.unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(f.list(&neighbour).await, vec![b"n".to_vec()]);
+    // The prefetched "b" is not handed out any more, and the reservation taken is void.
+    assert!(nothing_ready(&f.transport, &f.queue).await);
+    assert_eq!(
+        kind(f.transport.ack(&dead.receipt).await),
+        RedisErrorKind::ReservationLost
+    );
+    assert_eq!(f.transport.delete_queue(&f.queue).await.unwrap(), 0);
+}

@@ -407,3 +407,50 @@ async fn moving_many_to_the_end_keeps_their_order_and_reports_each() {
     );
     assert!(notify >= 2, "a wake-up token for each job moved: {notify}");
 }
+
+#[tokio::test]
+async fn deleting_a_queue_removes_its_keys_and_its_dead_letter_queues_and_no_other() {
+    let mut f = fixture(RedisOptions::new()).await;
+    let options = f.transport.options().clone();
+    let dlq = options.dead_letter_queue(&f.queue);
+    let neighbour = format!("{}-neighbour", f.queue);
+    for n in 1..=4 {
+        f.publish(envelope(json!({ "n": n }))).await;
+    }
+    f.transport
+        .publish(&neighbour, Bytes::from(envelope(json!({}))), &[])
+        .await
+        .unwrap();
+    let reserved = f.reserve().await;
+    let delayed = f.reserve().await;
+    f.transport
+        .release(&delayed.receipt, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let dead = f.reserve().await;
+    f.transport
+        .dead_letter(&dead.receipt, &dlq, dead.body.clone())
+        .await
+        .unwrap();
+    let mut keys = options.laravel_layout_keys(&f.queue).to_vec();
+    keys.extend(options.laravel_layout_keys(&dlq));
+    let mut existing = 0;
+    for key in &keys {
+        let exists: bool = f.raw.exists(key).await.unwrap();
+        existing += u64::from(exists);
+    }
+    // At least the ready list, `:reserved` and `:delayed` of the queue and the dead-letter list.
+    assert!(existing >= 4, "{existing} of {keys:?}");
+
+    assert_eq!(f.transport.delete_queue(&f.queue).await.unwrap(), existing);
+    let left: u64 = f.raw.exists(&keys).await.unwrap();
+    assert_eq!(left, 0);
+    let neighbour_ready: u64 = f.raw.llen(f.transport.key(&neighbour)).await.unwrap();
+    assert_eq!(neighbour_ready, 1);
+    assert!(nothing_ready(&f.transport, &f.queue).await);
+    assert_eq!(
+        kind(f.transport.ack(&reserved.receipt).await),
+        RedisErrorKind::ReservationLost
+    );
+    assert_eq!(f.transport.delete_queue(&f.queue).await.unwrap(), 0);
+}

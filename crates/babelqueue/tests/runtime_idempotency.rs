@@ -20,6 +20,7 @@ use babelqueue::transport::{ConnectOptions, Transport};
 use babelqueue::worker::{BoxError, JobContext, JobInterceptor};
 use babelqueue::{BabelQueue, Envelope, MakeOptions};
 use polyq_testkit::brokers::TestBroker;
+use polyq_testkit::postgres::DropTables;
 use runtime_support::{Bound, PATIENCE};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
@@ -41,7 +42,7 @@ enum Store {
 struct Opened {
     option: Idempotency,
     redis_prefix: Option<String>,
-    table: Option<(sqlx::PgPool, String)>,
+    _table: Option<DropTables>,
 }
 
 impl Opened {
@@ -54,7 +55,7 @@ impl Opened {
         let mut opened = Self {
             option: Idempotency::seen_set(Arc::new(InMemoryStore::new())),
             redis_prefix: None,
-            table: None,
+            _table: None,
         };
         opened.option = match store {
             Store::Memory => opened.option,
@@ -70,19 +71,19 @@ impl Opened {
                 Idempotency::claiming(Arc::new(store.prefix(redis_prefix).unwrap()))
             }
             Store::Postgres => {
-                let pool = pool().await.unwrap();
-                let store = PostgresStore::new(pool.clone()).table(&table).unwrap();
-                store.migrate().await.unwrap();
-                opened.table = Some((pool, table));
-                Idempotency::seen_set(Arc::new(store))
-            }
-            Store::PostgresClaiming => {
-                let pool = pool().await.unwrap();
-                let store = PostgresClaimingStore::new(pool.clone())
+                opened._table = Some(DropTables::new([&table]));
+                let store = PostgresStore::new(pool().await.unwrap())
                     .table(&table)
                     .unwrap();
                 store.migrate().await.unwrap();
-                opened.table = Some((pool, table));
+                Idempotency::seen_set(Arc::new(store))
+            }
+            Store::PostgresClaiming => {
+                opened._table = Some(DropTables::new([&table]));
+                let store = PostgresClaimingStore::new(pool().await.unwrap())
+                    .table(&table)
+                    .unwrap();
+                store.migrate().await.unwrap();
                 Idempotency::claiming(Arc::new(store))
             }
         };
@@ -92,12 +93,6 @@ impl Opened {
     async fn close(self) {
         if let Some(prefix) = self.redis_prefix {
             polyq_testkit::brokers::delete_redis_keys(&polyq_testkit::redis_url(), &prefix).await;
-        }
-        if let Some((pool, table)) = self.table {
-            sqlx::raw_sql(&format!("DROP TABLE {table}"))
-                .execute(&pool)
-                .await
-                .unwrap();
         }
     }
 }

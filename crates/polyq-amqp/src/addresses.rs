@@ -100,6 +100,7 @@ pub(crate) fn redact_list(url: &str) -> Option<String> {
 }
 
 /// Whether `url` names no host at all (`amqp:///vhost`, or an empty entry of a list).
+#[cfg(feature = "amqp")]
 pub(crate) fn has_empty_host(url: &str) -> bool {
     parts(url).is_some_and(|parts| parts.hosts.is_empty())
 }

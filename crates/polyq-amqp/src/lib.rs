@@ -43,6 +43,11 @@
 //! `cargo run -p polyq-amqp --example embedded_broker`. How the two families use this crate:
 //! the `acemq` and `babelqueue` crate docs, and `docs/` in the repository.
 //!
+// Without the feature its module is not built: its links lead to the feature's note instead.
+#![cfg_attr(
+    not(feature = "management"),
+    doc = "[`management`]: crate#feature-flags\n[`management::Management`]: crate#feature-flags"
+)]
 //! # Feature flags
 //!
 //! - `amqp` (default): `amqp://` and `amqps://` over lapin. Without it, only `memory://`.
@@ -63,8 +68,8 @@
 //! # drop(filter);
 //! ```
 
-#[cfg(feature = "amqp")]
 mod addresses;
+#[cfg(feature = "amqp")]
 mod amqp;
 pub mod browse;
 mod client;
@@ -80,6 +85,7 @@ mod redact;
 mod tls;
 mod topology;
 mod value;
+mod vhost;
 
 /// The `tracing` filter directive that silences lapin's log line for a returned message, which
 /// holds the message's body and header values: add it to the application's subscriber (see
@@ -97,3 +103,4 @@ pub use redact::redact_url;
 pub use tls::TlsOptions;
 pub use topology::{Binding, ExchangeKind, ExchangeSpec, QueueInfo, QueueSpec};
 pub use value::{FieldTable, FieldValue};
+pub use vhost::vhost_of;

@@ -186,7 +186,7 @@ impl Management {
         let host = amqp
             .host_str()
             .ok_or_else(|| invalid(amqp_url, "the URL has no host"))?;
-        let vhost = vhost_of(&amqp);
+        let vhost = crate::vhost_of(&amqp);
         let (mut user, mut password) = credentials_of(&amqp);
         let mut api = match &options.url {
             Some(given) => {
@@ -355,16 +355,6 @@ impl Management {
                     .unwrap_or_default(),
             },
         })
-    }
-}
-
-/// The vhost of an AMQP URL: its one path segment, decoded; `/` when there is none.
-fn vhost_of(url: &Url) -> String {
-    let path = url.path().strip_prefix('/').unwrap_or(url.path());
-    if path.is_empty() {
-        "/".to_owned()
-    } else {
-        percent_decode_str(path).decode_utf8_lossy().into_owned()
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use acemq::{AceMq, Envelope, Message};
 use anyhow::Context;
 use babelqueue::BabelQueue;
-use babelqueue::transport::redis::RedisOptions;
+use babelqueue::transport::redis::{LaravelTransport, RedisOptions, RedisTransport};
 use babelqueue::transport::{ConnectOptions, RedisLayout};
 use babelqueue::worker::{Job, Shutdown};
 use futures_util::{StreamExt, TryStreamExt};
@@ -201,32 +201,21 @@ impl Binding {
     /// When the broker cannot be reached.
     pub async fn pending(self, url: &str, queue: &str) -> anyhow::Result<u64> {
         if self.is_redis() {
-            let client = redis::Client::open(url)?;
-            let mut connection = client.get_multiplexed_async_connection().await?;
-            let (lists, sets) = if self == Binding::BabelLaravel {
-                let ready = format!("queues:{queue}");
-                (
-                    vec![ready.clone()],
-                    vec![format!("{ready}:reserved"), format!("{ready}:delayed")],
-                )
+            // Both layouts share one connection, so the default layout's transport counts either.
+            let redis = RedisTransport::connect(url, RedisOptions::new()).await?;
+            let options = redis.options();
+            // The deadline set mirrors the in-flight list and `:notify` holds wake-up tokens,
+            // not messages: neither is counted.
+            let keys = if self == Binding::BabelLaravel {
+                let [_notify, reserved, delayed, ready] = options.laravel_layout_keys(queue);
+                vec![ready, reserved, delayed]
             } else {
-                (
-                    vec![queue.to_owned(), format!("{queue}:processing")],
-                    vec![],
-                )
+                let [ready, _deadlines, processing] = options.default_layout_keys(queue);
+                vec![ready, processing]
             };
             let mut pending = 0;
-            for list in lists {
-                pending += redis::cmd("LLEN")
-                    .arg(list)
-                    .query_async::<u64>(&mut connection)
-                    .await?;
-            }
-            for set in sets {
-                pending += redis::cmd("ZCARD")
-                    .arg(set)
-                    .query_async::<u64>(&mut connection)
-                    .await?;
+            for key in &keys {
+                pending += redis.key_len(key).await?;
             }
             Ok(pending)
         } else {
@@ -247,19 +236,16 @@ impl Binding {
             // script that started it.
             return Ok(());
         }
-        if self.is_redis() {
-            let client = redis::Client::open(url)?;
-            let mut connection = client.get_multiplexed_async_connection().await?;
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("*{queue}*"))
-                .query_async(&mut connection)
+        if self == Binding::BabelLaravel {
+            LaravelTransport::connect(url, RedisOptions::new())
+                .await?
+                .delete_queue(queue)
                 .await?;
-            if !keys.is_empty() {
-                redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async::<()>(&mut connection)
-                    .await?;
-            }
+        } else if self.is_redis() {
+            RedisTransport::connect(url, RedisOptions::new())
+                .await?
+                .delete_queue(queue)
+                .await?;
         } else {
             let client = polyq_amqp::Client::connect(url).await?;
             for name in [

@@ -142,32 +142,78 @@ impl TestBroker {
         }
         let queues = std::mem::take(&mut *lock(&self.queues));
         let exchanges = std::mem::take(&mut *lock(&self.exchanges));
-        if self.url.starts_with("redis") {
-            for queue in queues {
-                delete_redis_keys(&self.url, &queue).await;
-            }
-            return;
-        }
-        if queues.is_empty() && exchanges.is_empty() {
-            return;
-        }
-        let cleaner = Client::connect(&self.url)
-            .await
-            .expect("connect to clean up");
-        for queue in queues {
-            match cleaner.delete_queue(&queue).await {
-                Ok(_) | Err(polyq_amqp::Error::NotFound { .. }) => {}
-                Err(e) => panic!("delete queue {queue}: {e}"),
-            }
-        }
-        for exchange in exchanges {
-            match cleaner.delete_exchange(&exchange).await {
-                Ok(()) | Err(polyq_amqp::Error::NotFound { .. }) => {}
-                Err(e) => panic!("delete exchange {exchange}: {e}"),
-            }
-        }
-        cleaner.close().await.expect("close the cleaning client");
+        delete_declared(&self.url, queues, exchanges).await;
     }
+}
+
+/// Deletes its queues when it is dropped, at the end of the test or while a failed test
+/// unwinds: for a test on RabbitMQ or Redis that does not run as a [`run`] scenario. A queue
+/// that no longer exists is fine; on Redis, every key whose name contains one of the names
+/// goes (what a binding keeps for the queue beside its list, or a store's keys under a unique
+/// prefix).
+#[derive(Debug)]
+pub struct DeleteQueues {
+    url: String,
+    queues: Vec<String>,
+}
+
+impl DeleteQueues {
+    /// A guard for `queues` on the RabbitMQ or Redis at `url`; make it before the queues, so
+    /// that one made before a failure is deleted too.
+    pub fn new(url: &str, queues: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            url: url.to_owned(),
+            queues: queues.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl Drop for DeleteQueues {
+    fn drop(&mut self) {
+        if self.queues.is_empty() {
+            return;
+        }
+        let url = self.url.clone();
+        let queues = self.queues.clone();
+        crate::guard::clean_up_on_drop(
+            &format!("delete the queues {:?}", self.queues),
+            move || async move {
+                delete_declared(&url, queues, Vec::new()).await;
+                Ok(())
+            },
+        );
+    }
+}
+
+/// Deletes `queues` and `exchanges` at `url` over a connection of its own, those gone already
+/// too; on Redis every key whose name contains a queue's.
+///
+/// # Panics
+/// When the broker refuses a deletion for another reason than the object being gone already.
+async fn delete_declared(url: &str, queues: Vec<String>, exchanges: Vec<String>) {
+    if url.starts_with("redis") {
+        for queue in queues {
+            delete_redis_keys(url, &queue).await;
+        }
+        return;
+    }
+    if queues.is_empty() && exchanges.is_empty() {
+        return;
+    }
+    let cleaner = Client::connect(url).await.expect("connect to clean up");
+    for queue in queues {
+        match cleaner.delete_queue(&queue).await {
+            Ok(_) | Err(polyq_amqp::Error::NotFound { .. }) => {}
+            Err(e) => panic!("delete queue {queue}: {e}"),
+        }
+    }
+    for exchange in exchanges {
+        match cleaner.delete_exchange(&exchange).await {
+            Ok(()) | Err(polyq_amqp::Error::NotFound { .. }) => {}
+            Err(e) => panic!("delete exchange {exchange}: {e}"),
+        }
+    }
+    cleaner.close().await.expect("close the cleaning client");
 }
 
 /// Deletes every key of the Redis server at `url` whose name contains `name`: what a scenario

@@ -5,6 +5,9 @@
 
 pub mod brokers;
 pub mod child;
+mod guard;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod proxy;
 pub mod rabbitmq;
 pub mod rabbitmq_cluster;

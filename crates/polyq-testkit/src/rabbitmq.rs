@@ -88,7 +88,8 @@ impl TestUser {
             password: crate::unique_name("s3cret"),
         };
         rabbitmqctl(&["add_user", &user.name, &user.password]);
-        let vhost = test_vhost();
+        let url = url::Url::parse(&crate::amqp_url()).expect("the test broker URL parses");
+        let vhost = polyq_amqp::vhost_of(&url);
         rabbitmqctl(&[
             "set_permissions",
             "-p",
@@ -131,14 +132,5 @@ impl Drop for TestUser {
         let _ = Command::new("rabbitmqctl")
             .args(["delete_user", &self.name])
             .output();
-    }
-}
-
-/// The vhost of the test broker's URL.
-fn test_vhost() -> String {
-    let url = url::Url::parse(&crate::amqp_url()).expect("the test broker URL parses");
-    match url.path().trim_start_matches('/') {
-        "" | "%2f" | "%2F" => "/".to_owned(),
-        other => other.to_owned(),
     }
 }

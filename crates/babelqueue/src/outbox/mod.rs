@@ -12,6 +12,12 @@
 //! `migrations/postgres/0001_outbox.sql`: the upstream PHP `babelqueue_outbox` layout with a
 //! lease column added (see `docs/INTEROP.md`).
 //!
+// Without the feature its items are not built: their links lead to the feature's note instead.
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`Outbox`]: crate#feature-flags\n[`Outbox::write`]: crate#feature-flags\n\
+           [`PgOutboxStore`]: crate#feature-flags\n[`PgOutboxStore::migrate`]: crate#feature-flags"
+)]
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
 //! # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {

@@ -22,8 +22,7 @@ pub const DEFAULT_BATCH_SIZE: usize = 100;
 /// otherwise.
 pub const DEFAULT_WINDOW: usize = 2;
 
-/// Publishes what [`Outbox::write`](crate::outbox::Outbox::write) committed, through any
-/// binding (memory, Redis, RabbitMQ).
+/// Publishes what [`Outbox::write`] committed, through any binding (memory, Redis, RabbitMQ).
 ///
 /// [`flush`](OutboxRelay::flush) claims one batch ([`OutboxStore::fetch_unpublished`]),
 /// publishes each row's stored bytes verbatim (never decoded and re-encoded, so `trace_id` and
@@ -46,6 +45,16 @@ pub const DEFAULT_WINDOW: usize = 2;
 /// # Ok(())
 /// # }
 /// ```
+///
+// Without the feature `Outbox` is not built: the link leads to the feature's note instead.
+#[cfg_attr(
+    feature = "postgres",
+    doc = "[`Outbox::write`]: crate::outbox::Outbox::write"
+)]
+#[cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`Outbox::write`]: crate#feature-flags"
+)]
 #[derive(Debug)]
 pub struct OutboxRelay<T> {
     store: Arc<dyn OutboxStore>,

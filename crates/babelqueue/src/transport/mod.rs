@@ -140,8 +140,14 @@ pub trait Transport: Send + Sync + 'static {
 
     /// The dead-letter queue of `queue` on this binding, where the worker writes and
     /// [`crate::BabelQueue::redrive`] reads: `<queue>.dlq` unless the binding names it otherwise
-    /// (the Redis bindings' [`dlq_suffix`](redis::RedisOptions::dlq_suffix)). Default
-    /// `<queue>.dlq`.
+    /// (the Redis bindings' [`dlq_suffix`]). Default `<queue>.dlq`.
+    ///
+    // Without the feature the Redis bindings are not built: the link leads to the feature's note.
+    #[cfg_attr(
+        feature = "redis",
+        doc = "[`dlq_suffix`]: redis::RedisOptions::dlq_suffix"
+    )]
+    #[cfg_attr(not(feature = "redis"), doc = "[`dlq_suffix`]: crate#feature-flags")]
     fn dead_letter_queue(&self, queue: &str) -> String {
         default_dead_letter_queue(queue)
     }

@@ -340,6 +340,19 @@ impl Connection {
         self.query(&command, || format!("purge {key:?}")).await
     }
 
+    /// Deletes `keys`, every key a layout keeps for `queue`, in one `DEL` (refused first on a
+    /// cluster when they span slots) and answers how many of them existed.
+    pub(super) async fn delete_keys(
+        &self,
+        queue: &str,
+        keys: &[String],
+        operation: impl Fn() -> String,
+    ) -> crate::Result<u64> {
+        self.check_queue(queue, keys, &operation)?;
+        self.query_durable(redis::cmd("DEL").arg(keys), operation)
+            .await
+    }
+
     /// Every key of type `kind` (`list`, `zset`, ...) matching the glob `pattern`, by
     /// `SCAN ... TYPE` (incremental, no `KEYS`), sorted.
     pub(super) async fn keys_matching(

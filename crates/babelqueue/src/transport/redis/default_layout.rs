@@ -239,6 +239,33 @@ impl RedisTransport {
         self.inner.connection.list_purge(queue).await
     }
 
+    /// Deletes `queue` and its dead-letter queue, each with the in-flight list and deadline set
+    /// this layout keeps beside it, in one `DEL`, and answers how many of those keys existed.
+    /// Their messages go with them, reserved ones too: a settle of one of those reservations
+    /// then fails as no longer held, and what this transport had prefetched from `queue` is
+    /// forgotten. For tearing down a queue nothing works on any more (a test's, a benchmark's).
+    ///
+    /// # Errors
+    /// [`RedisErrorKind::CrossSlot`](super::RedisErrorKind::CrossSlot) on a cluster for a queue
+    /// without a hash tag, before anything is sent; [`Error::Redis`](crate::Error::Redis) when
+    /// the server cannot be reached.
+    pub async fn delete_queue(&self, queue: &str) -> crate::Result<u64> {
+        let options = &self.inner.options;
+        let mut keys = options.default_layout_keys(queue).to_vec();
+        keys.extend(options.default_layout_keys(&options.dead_letter_queue(queue)));
+        let deleted = self
+            .inner
+            .connection
+            .delete_keys(queue, &keys, || format!("delete the queue {queue:?}"))
+            .await?;
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(queue);
+        Ok(deleted)
+    }
+
     /// The dead-letter queues on the server: every list named `<queue><dlq suffix>`, except
     /// those under the Laravel layout's key prefix (see
     /// [`LaravelTransport::dead_letter_queues`](super::LaravelTransport::dead_letter_queues)).

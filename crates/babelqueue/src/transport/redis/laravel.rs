@@ -172,6 +172,26 @@ impl LaravelTransport {
         self.inner.connection.list_purge(&self.key(queue)).await
     }
 
+    /// Deletes `queue` and its dead-letter queue, each with the `:notify`, `:reserved` and
+    /// `:delayed` keys beside its ready list, in one `DEL`, and answers how many of those keys
+    /// existed. Their jobs go with them, reserved and delayed ones too: a settle of one of
+    /// those reservations then fails as no longer held. For tearing down a queue nothing works
+    /// on any more (a test's, a benchmark's).
+    ///
+    /// # Errors
+    /// [`RedisErrorKind::CrossSlot`](super::RedisErrorKind::CrossSlot) on a cluster for a queue
+    /// without a hash tag, before anything is sent; [`Error::Redis`](crate::Error::Redis) when
+    /// the server cannot be reached.
+    pub async fn delete_queue(&self, queue: &str) -> crate::Result<u64> {
+        let options = &self.inner.options;
+        let mut keys = options.laravel_layout_keys(queue).to_vec();
+        keys.extend(options.laravel_layout_keys(&options.dead_letter_queue(queue)));
+        self.inner
+            .connection
+            .delete_keys(queue, &keys, || format!("delete the queue {queue:?}"))
+            .await
+    }
+
     /// The dead-letter queues on the server in this layout: every list
     /// `<prefix><queue><dlq suffix>`, named without the prefix.
     pub async fn dead_letter_queues(&self) -> crate::Result<Vec<String>> {

@@ -149,7 +149,7 @@ pub(super) async fn run(args: BabelArgs) -> anyhow::Result<()> {
         (Ok(_), true) => Some(raw_publish(&queue, &args).await),
         _ => None,
     };
-    remove(&args.url, &queue).await?;
+    remove(&queue).await?;
     let figures = figures?;
     let raw = raw.transpose()?;
     let sequential = sequential_rate(args.messages, figures.publish, figures.consume);
@@ -174,7 +174,7 @@ pub(super) async fn run(args: BabelArgs) -> anyhow::Result<()> {
     if let Some(python) = &args.python {
         let python_queue = queue.on_queue(unique_queue());
         let figures = run_python(python, &python_queue, &args).await;
-        remove(&args.url, &python_queue).await?;
+        remove(&python_queue).await?;
         let figures = figures?;
         println!(
             "python SDK ({} jobs): publish {:.0} jobs/s, consume {:.0} jobs/s, publish then consume {:.0} jobs/s",
@@ -380,47 +380,22 @@ async fn acemq_end_to_end(args: &BabelArgs, body: Bytes) -> anyhow::Result<f64> 
 }
 
 /// Deletes what the queue's binding keeps for `queue`: the queue and its dead-letter queue.
-pub(super) async fn remove(url: &str, queue: &BabelQueue) -> anyhow::Result<()> {
+pub(super) async fn remove(queue: &BabelQueue) -> anyhow::Result<()> {
     let name = queue.queue();
-    let dlq = queue.transport().dead_letter_queue(name);
     match queue.transport().as_ref() {
         AnyTransport::Amqp(amqp) => {
-            for queue in [name, dlq.as_str()] {
-                amqp.client().delete_queue(queue).await?;
+            for queue in [name.to_owned(), amqp.dead_letter_queue(name)] {
+                amqp.client().delete_queue(&queue).await?;
             }
         }
         AnyTransport::Redis(redis) => {
-            let keys = vec![
-                name.to_owned(),
-                redis.processing_key(name),
-                redis.deadlines_key(name),
-                dlq.clone(),
-                redis.processing_key(&dlq),
-                redis.deadlines_key(&dlq),
-            ];
-            delete_keys(url, &keys).await?;
+            redis.delete_queue(name).await?;
         }
         AnyTransport::Laravel(laravel) => {
-            let mut keys = Vec::new();
-            for ready in [laravel.key(name), laravel.key(&dlq)] {
-                for suffix in ["", ":notify", ":reserved", ":delayed"] {
-                    keys.push(format!("{ready}{suffix}"));
-                }
-            }
-            delete_keys(url, &keys).await?;
+            laravel.delete_queue(name).await?;
         }
         other => anyhow::bail!("cannot clean up after an unknown binding: {other:?}"),
     }
-    Ok(())
-}
-
-async fn delete_keys(url: &str, keys: &[String]) -> anyhow::Result<()> {
-    let client = redis::Client::open(url)?;
-    let mut connection = client.get_multiplexed_async_connection().await?;
-    redis::cmd("DEL")
-        .arg(keys)
-        .query_async::<()>(&mut connection)
-        .await?;
     Ok(())
 }
 

@@ -184,7 +184,7 @@ async fn babel_rounds(args: &IdempotencyArgs, backing: &Backing) -> anyhow::Resu
         Ok(started.elapsed())
     })
     .await;
-    super::babel::remove(&args.url, &queue).await?;
+    super::babel::remove(&queue).await?;
     measured
 }
 

@@ -267,7 +267,7 @@ async fn babel_rounds(args: &OutboxArgs, db: &PgPool, suffix: &str) -> anyhow::R
                             amqp.client().purge_queue(queue.queue()).await?;
                             Ok(())
                         }
-                        _ => super::babel::remove(&args.url, queue).await,
+                        _ => super::babel::remove(queue).await,
                     }
                 },
             )
@@ -275,7 +275,7 @@ async fn babel_rounds(args: &OutboxArgs, db: &PgPool, suffix: &str) -> anyhow::R
         }
         Err(error) => Err(error.into()),
     };
-    super::babel::remove(&args.url, &queue).await?;
+    super::babel::remove(&queue).await?;
     sqlx::query(&format!("DROP TABLE {table}"))
         .execute(db)
         .await?;

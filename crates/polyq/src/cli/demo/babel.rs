@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use babelqueue::redrive::{RedriveAction, RedriveOptions};
 use babelqueue::transport::{AnyTransport, ConnectOptions, Transport};
 use babelqueue::worker::{Job, UnknownUrn};
@@ -29,7 +29,7 @@ pub(crate) async fn run(url: &str, layout: Layout, timeline: &Timeline) -> anyho
     timeline.event(PART, "connected", polyq_amqp::redact_url(url));
     let jobs = BabelQueue::with_shared_transport(transport.clone(), unique("jobs"));
     let outcome = steps(&jobs, timeline).await;
-    remove(url, &transport, jobs.queue()).await;
+    remove(&transport, jobs.queue()).await;
     outcome
 }
 
@@ -215,35 +215,21 @@ async fn show_dead_letters(
     Ok(())
 }
 
-/// Removes what the demo made on a real broker: the queues on RabbitMQ, every key naming the
-/// queue on Redis (both layouts put the queue name in every key).
-async fn remove(url: &str, transport: &AnyTransport, queue: &str) {
-    match transport {
+/// Removes what the demo made on a real broker: the queues on RabbitMQ, every key of the queue
+/// and of its dead-letter queue on Redis.
+async fn remove(transport: &AnyTransport, queue: &str) {
+    let removed = match transport {
         AnyTransport::Amqp(amqp) => {
             for name in [queue.to_owned(), amqp.dead_letter_queue(queue)] {
                 amqp.client().delete_queue(&name).await.ok();
             }
+            return;
         }
-        _ => {
-            if let Err(error) = remove_redis_keys(url, queue).await {
-                tracing::warn!(%error, "could not remove the demo's Redis keys");
-            }
-        }
+        AnyTransport::Redis(redis) => redis.delete_queue(queue).await,
+        AnyTransport::Laravel(laravel) => laravel.delete_queue(queue).await,
+        _ => return,
+    };
+    if let Err(error) = removed {
+        tracing::warn!(%error, "could not remove the demo's Redis keys");
     }
-}
-
-async fn remove_redis_keys(url: &str, queue: &str) -> anyhow::Result<()> {
-    let client = redis::Client::open(url).context("Redis URL")?;
-    let mut connection = client.get_multiplexed_async_connection().await?;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{queue}*"))
-        .query_async(&mut connection)
-        .await?;
-    if !keys.is_empty() {
-        redis::cmd("DEL")
-            .arg(&keys)
-            .query_async::<()>(&mut connection)
-            .await?;
-    }
-    Ok(())
 }

@@ -1,0 +1,33 @@
+//! What the cleanup guards share: running their cleanup from `Drop`.
+
+use std::future::Future;
+
+/// Runs the future `cleanup` makes, from a guard's `Drop`, on a thread and a runtime of its own:
+/// `Drop` may run inside the test's runtime, maybe while it unwinds, where nothing the cleanup
+/// awaits would be driven, and a connection belongs to the runtime that opened it. A test that
+/// passed fails when the cleanup fails (returns an error or panics), naming `what`; a test
+/// already failing keeps its own panic.
+pub(crate) fn clean_up_on_drop<F, Fut>(what: &str, cleanup: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let outcome = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| error.to_string())?
+            .block_on(cleanup())
+    })
+    .join()
+    .unwrap_or_else(|panic| {
+        Err(panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "the cleanup panicked".to_owned()))
+    });
+    if let Err(error) = outcome {
+        assert!(std::thread::panicking(), "could not {what}: {error}");
+    }
+}
