@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use polyq_runtime::outbox::OutboxStatus;
+use uuid::Uuid;
 
 use crate::outbox::error::OutboxError;
 use crate::outbox::row::StoredMessage;
@@ -16,10 +17,11 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     fn name(&self) -> &str;
 
     /// Leases up to `limit` publishable rows, oldest first, to `token` for `lease`, with each
-    /// row's failed attempts so far.
+    /// row's failed attempts so far. The token is a UUID so that a store may write it into a
+    /// statement's text: its form leaves nothing to quote.
     fn claim<'a>(
         &'a self,
-        token: &'a str,
+        token: Uuid,
         lease: Duration,
         max_attempts: i32,
         limit: i64,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use polyq_runtime::outbox::OutboxStatus;
+use uuid::Uuid;
 
 use crate::contract::codec::Encode;
 use crate::outbox::backend::{Backend, Failure, truncate};
@@ -208,7 +209,7 @@ impl Backend for MemoryOutbox {
 
     fn claim<'a>(
         &'a self,
-        token: &'a str,
+        token: Uuid,
         lease: Duration,
         max_attempts: i32,
         limit: i64,
@@ -227,7 +228,7 @@ impl Backend for MemoryOutbox {
             })
             .take(limit)
             .map(|row| {
-                row.locked_by = Some(token.to_owned());
+                row.locked_by = Some(token.to_string());
                 row.locked_until = Some(now + lease);
                 (row.message.clone(), row.attempts)
             })

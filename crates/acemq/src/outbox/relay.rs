@@ -388,18 +388,21 @@ impl RelaySteps for Steps<'_> {
     /// Leases the next batch under a token of its own.
     async fn lease(&self) -> Result<Batch, OutboxError> {
         let relay = self.0;
-        let token = uuid::Uuid::new_v4().to_string();
+        let token = uuid::Uuid::new_v4();
         let rows = relay
             .backend
             .claim(
-                &token,
+                token,
                 relay.lease,
                 relay.max_attempts,
                 relay.batch_size,
                 relay.synchronous_commit,
             )
             .await?;
-        Ok(Batch { token, rows })
+        Ok(Batch {
+            token: token.to_string(),
+            rows,
+        })
     }
 
     fn is_full(&self, batch: &Batch) -> bool {

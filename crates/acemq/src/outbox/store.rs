@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use polyq_runtime::outbox::{OutboxStatus, relay_commit_clause};
 use sqlx::{PgConnection, PgPool, Row};
+use uuid::Uuid;
 
 use futures_util::future::BoxFuture;
 
@@ -17,6 +18,9 @@ pub const DEFAULT_TABLE: &str = "acemq_outbox";
 
 /// The shipped migration, written for [`DEFAULT_TABLE`].
 pub(crate) const MIGRATION: &str = include_str!("../../migrations/postgres/0001_outbox.sql");
+
+/// Sent before the lease in the same simple query: see [`Table::claim`].
+const WALK_THE_INDEX: &str = "SET LOCAL enable_bitmapscan = off;";
 
 /// A validated table name: it reaches SQL by interpolation, so only a plain identifier passes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,36 +88,33 @@ impl Table {
     /// Leases up to `limit` publishable rows, oldest first, to `token` for `lease`. Rows another
     /// relay is claiming at this moment are skipped, not waited for; rows under a live lease or
     /// backoff, published, or out of attempts are not offered.
+    ///
+    /// The lease walks the pending index in its order and stops after `limit` rows, whatever
+    /// the table's statistics say. Left to its estimates, the planner takes a table never
+    /// analyzed (autovacuum off, or not run yet) for a handful of pending rows, and for each
+    /// batch reads and sorts every pending row instead; rows written by one transaction share
+    /// their `created_at`, so each comparison falls through to the text `id`.
+    /// `SET LOCAL enable_bitmapscan = off` rules that plan out for the implicit transaction of
+    /// one simple query, the lease's own: nothing reaches the pool's other users. (Not
+    /// `enable_sort`: the sort of the claimed rows stays, and its disabling cost would lift the
+    /// plan's estimate above `jit_above_cost`: each lease was then JIT-compiled, for close to a
+    /// second of the database's CPU.)
+    /// The simple protocol binds no parameters, so every value is written into the text; each
+    /// is the relay's own (a UUID and numbers), none comes from a row.
     pub async fn claim(
         &self,
         db: &PgPool,
-        token: &str,
+        token: Uuid,
         lease: Duration,
         max_attempts: i32,
         limit: i64,
         synchronous_commit: bool,
     ) -> Result<Vec<(StoredMessage, i32)>, OutboxError> {
-        let t = &self.0;
-        let commit = relay_commit_clause(synchronous_commit);
-        let rows = sqlx::query(&format!(
-            "WITH claimed AS ( \
-               UPDATE {t} SET locked_by = $1, locked_until = now() + make_interval(secs => $2) \
-               {commit} WHERE id IN ( \
-                 SELECT id FROM {t} \
-                 WHERE published_at IS NULL AND attempts < $3 \
-                   AND (locked_until IS NULL OR locked_until < now()) \
-                 ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
-               RETURNING id, exchange, routing_key, body, content_type, headers, properties, \
-                 mandatory, attempts, created_at) \
-             SELECT * FROM claimed ORDER BY created_at, id"
-        ))
-        .bind(token)
-        .bind(lease.as_secs_f64())
-        .bind(max_attempts)
-        .bind(limit)
-        .fetch_all(db)
-        .await
-        .map_err(self.failed("claim a batch from"))?;
+        let statement = self.claim_statement(token, lease, max_attempts, limit, synchronous_commit);
+        let rows = sqlx::raw_sql(&format!("{WALK_THE_INDEX} {statement}"))
+            .fetch_all(db)
+            .await
+            .map_err(self.failed("claim a batch from"))?;
         rows.iter()
             .map(|row| {
                 let stored = StoredMessage {
@@ -132,6 +133,34 @@ impl Table {
             .map_err(self.failed("read a claimed row of"))
     }
 
+    /// The lease of [`Table::claim`], its values written in.
+    fn claim_statement(
+        &self,
+        token: Uuid,
+        lease: Duration,
+        max_attempts: i32,
+        limit: i64,
+        synchronous_commit: bool,
+    ) -> String {
+        let t = &self.0;
+        let commit = relay_commit_clause(synchronous_commit);
+        // `f64`'s `Display` writes a plain decimal, never an exponent.
+        let lease = lease.as_secs_f64();
+        format!(
+            "WITH claimed AS ( \
+               UPDATE {t} SET locked_by = '{token}', \
+                 locked_until = now() + make_interval(secs => {lease}) \
+               {commit} WHERE id IN ( \
+                 SELECT id FROM {t} \
+                 WHERE published_at IS NULL AND attempts < {max_attempts} \
+                   AND (locked_until IS NULL OR locked_until < now()) \
+                 ORDER BY created_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) \
+               RETURNING id, exchange, routing_key, body, content_type, headers, properties, \
+                 mandatory, attempts, created_at) \
+             SELECT * FROM claimed ORDER BY created_at, id"
+        )
+    }
+
     /// Marks rows the broker confirmed as published, and ends their lease. Only rows still
     /// leased to `token` change: a relay whose lease ran out does not overwrite the next one's.
     /// Returns the lag after the mark, read by the same statement: the relay reads it after
@@ -147,24 +176,34 @@ impl Table {
         if ids.is_empty() {
             return self.lag(db, max_attempts).await;
         }
+        let age: Option<f64> = sqlx::query_scalar(&self.mark_statement(synchronous_commit))
+            .bind(ids)
+            .bind(token)
+            .bind(max_attempts)
+            .fetch_optional(db)
+            .await
+            .map_err(self.failed("mark published rows in"))?;
+        Ok(age.map(|secs| Duration::from_secs_f64(secs.max(0.0))))
+    }
+
+    /// The mark of [`Table::mark_published`]: `$1` the ids, `$2` the token, `$3` the attempts
+    /// limit.
+    fn mark_statement(&self, synchronous_commit: bool) -> String {
         let t = &self.0;
         let commit = relay_commit_clause(synchronous_commit);
         // The query's snapshot is the statement's start, before its own update: the rows it
-        // marks are left out of the lag by name.
-        let age: Option<f64> = sqlx::query_scalar(&format!(
+        // marks are left out of the lag by name. The oldest pending row is read as the first
+        // of the pending index, not as `min(created_at)`: PostgreSQL reads `min` from an index
+        // only in a query without `WITH`, and in this one would aggregate every pending row
+        // for each batch.
+        format!(
             "WITH marked AS ( \
                UPDATE {t} SET published_at = now(), locked_by = NULL, locked_until = NULL \
                {commit} WHERE id = ANY($1) AND locked_by = $2 RETURNING id) \
-             SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 FROM {t} \
-             WHERE published_at IS NULL AND attempts < $3 AND id NOT IN (SELECT id FROM marked)"
-        ))
-        .bind(ids)
-        .bind(token)
-        .bind(max_attempts)
-        .fetch_one(db)
-        .await
-        .map_err(self.failed("mark published rows in"))?;
-        Ok(age.map(|secs| Duration::from_secs_f64(secs.max(0.0))))
+             SELECT EXTRACT(EPOCH FROM now() - created_at)::float8 FROM {t} \
+             WHERE published_at IS NULL AND attempts < $3 AND id NOT IN (SELECT id FROM marked) \
+             ORDER BY created_at, id LIMIT 1"
+        )
     }
 
     /// Counts a failed publish against a row with its reason, and keeps it back for `backoff`.
@@ -252,7 +291,7 @@ impl Backend for PgBackend {
 
     fn claim<'a>(
         &'a self,
-        token: &'a str,
+        token: Uuid,
         lease: Duration,
         max_attempts: i32,
         limit: i64,
@@ -303,6 +342,74 @@ impl Backend for PgBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plan of `statement`, one line a row.
+    async fn plan(db: &PgPool, before: &str, statement: &str) -> Vec<String> {
+        sqlx::raw_sql(&format!("{before} EXPLAIN {statement}"))
+            .fetch_all(db)
+            .await
+            .expect("explain")
+            .iter()
+            .map(|row| row.get::<String, _>(0))
+            .collect()
+    }
+
+    /// A backlog written by one transaction into a table never analyzed: the planner, left to
+    /// its estimates, would read and sort every pending row for each lease and each lag.
+    #[tokio::test]
+    async fn the_lease_and_the_lag_walk_the_pending_index_of_a_table_never_analyzed() {
+        let db = PgPool::connect(&polyq_testkit::postgres_url())
+            .await
+            .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
+        let name = polyq_testkit::unique_name("acemq_outbox_plan").replace(['-', '.'], "_");
+        let table = Table::new(&name).unwrap();
+        table.migrate(&db).await.unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {name} (id, exchange, routing_key, body, content_type, headers) \
+             SELECT 'm-' || n, '', 'orders', '\\x7b7d', 'application/json', '{{}}' \
+             FROM generate_series(1, 5000) AS n"
+        ))
+        .execute(&db)
+        .await
+        .unwrap();
+        let (walk, read_all) = (
+            format!("Index Scan using {name}_pending"),
+            format!("Bitmap Index Scan on {name}_pending"),
+        );
+        let walks_the_index = |plan: &[String]| {
+            plan.iter().any(|line| line.contains(&walk))
+                && !plan.iter().any(|line| line.contains(&read_all))
+        };
+
+        let lease = table.claim_statement(Uuid::new_v4(), Duration::from_secs(90), 10, 100, false);
+        let lease_plan = plan(&db, WALK_THE_INDEX, &lease).await;
+        assert!(walks_the_index(&lease_plan), "{lease_plan:#?}");
+        let lag = table
+            .mark_statement(false)
+            .replace("$1", "ARRAY['m-1']")
+            .replace("$2", "'token'")
+            .replace("$3", "10");
+        let lag_plan = plan(&db, "", &lag).await;
+        assert!(walks_the_index(&lag_plan), "{lag_plan:#?}");
+
+        // And the lease takes the oldest rows, in order.
+        let claimed = table
+            .claim(&db, Uuid::new_v4(), Duration::from_secs(90), 10, 100, false)
+            .await
+            .unwrap();
+        let expected: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM {name} ORDER BY created_at, id LIMIT 100"
+        ))
+        .fetch_all(&db)
+        .await
+        .unwrap();
+        let ids: Vec<String> = claimed.into_iter().map(|(row, _)| row.id).collect();
+        assert_eq!(ids, expected);
+        sqlx::query(&format!("DROP TABLE {name}"))
+            .execute(&db)
+            .await
+            .unwrap();
+    }
 
     #[test]
     fn only_plain_identifiers_are_table_names() {
