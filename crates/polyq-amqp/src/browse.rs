@@ -129,7 +129,7 @@ pub async fn sweep(
     let ready_before = if read.iter().all(|swept| swept.taken) {
         None
     } else {
-        Some(ready_count(&client, queue).await)
+        ready_count(&client, queue, consumers.len()).await
     };
     // One channel after the other, in the order they were read, each one's messages back before
     // the next channel closes: a quorum queue puts each channel's messages back ahead of what it
@@ -164,23 +164,28 @@ pub async fn sweep(
 /// The queue's count of ready messages, as RabbitMQ reports it once it answers for real: a
 /// quorum queue whose Raft leader does not answer its local query within 250 ms (a busy node)
 /// is reported with no messages and no consumers at all, which is never the truth while this
-/// read's own consumer is on it. 0 if no real answer came within [`PATIENCE`]: the wait that
-/// follows then still waits for the messages given back themselves.
-async fn ready_count(client: &Client, queue: &str) -> u64 {
+/// read's own consumers (`ours`) are on it. 0 if no real answer came within [`PATIENCE`]: the
+/// wait that follows then still waits for the messages given back themselves. `None` when the
+/// queue has consumers besides this read's: they take what comes back, so there is nothing to
+/// wait for.
+async fn ready_count(client: &Client, queue: &str, ours: usize) -> Option<u64> {
     let looking = async {
         loop {
             match client.inspect_queue(queue).await {
+                Ok(info) if info.consumer_count as usize > ours => return None,
                 Ok(info) if info.message_count > 0 || info.consumer_count > 0 => {
-                    return u64::from(info.message_count);
+                    return Some(u64::from(info.message_count));
                 }
                 Ok(_) => {}
                 Err(error) if error.is_transient() => {}
-                Err(_) => return 0,
+                Err(_) => return Some(0),
             }
             tokio::time::sleep(LOOK_AGAIN).await;
         }
     };
-    tokio::time::timeout(PATIENCE, looking).await.unwrap_or(0)
+    tokio::time::timeout(PATIENCE, looking)
+        .await
+        .unwrap_or(Some(0))
 }
 
 /// Waits until `queue` holds at least `ready` messages ready, the messages this read gave back
