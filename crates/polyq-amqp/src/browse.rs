@@ -25,7 +25,10 @@
 //! time would instead race other consumers, each message back at the head while the next is
 //! still held. While a read runs, the messages it holds are invisible to other consumers. A
 //! quorum queue read of more than one window returns each consumer's messages as a block, in
-//! the order RabbitMQ processes the closing of their channels.
+//! the order RabbitMQ processes the closing of their channels. A quorum queue takes a closed
+//! channel's messages back through its Raft log, a while after it confirmed the close on a busy
+//! node, so a read returns (and closes its next channel) only once the queue counts them ready
+//! again, as a read that follows expects.
 //!
 //! A sweep that dies midway (the process killed) loses nothing either: the broker requeues what
 //! the dead connection held. Only the messages `take` selected and that were acknowledged are
@@ -65,6 +68,13 @@ const WINDOW: u64 = u16::MAX as u64;
 /// How long a read waits for a delivery before asking the broker whether one can still come.
 const PAUSE: Duration = Duration::from_secs(1);
 
+/// How long a read waits, at most, for the queue to show what it gave back ready again.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The pause between two looks at the queue while waiting for that: each look is a round trip
+/// to the broker, the only place that can tell.
+const LOOK_AGAIN: Duration = Duration::from_millis(10);
+
 /// One message a sweep read.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -102,7 +112,7 @@ pub async fn sweep(
     limit: Option<u64>,
     take: impl FnMut(&MessageJson) -> bool,
 ) -> Result<Vec<Swept>> {
-    let client = Client::connect_with(url, options).await?;
+    let client = Client::connect_with(url, options.clone()).await?;
     let mut reading = Reading {
         take,
         read: Vec::new(),
@@ -116,17 +126,88 @@ pub async fn sweep(
         consumers,
         ..
     } = reading;
-    // One channel after the other, in the order they were read: a quorum queue puts each
-    // channel's messages back ahead of what it holds when the channel's close reaches it.
-    for consumer in consumers {
+    let ready_before = if read.iter().all(|swept| swept.taken) {
+        None
+    } else {
+        ready_count(&client, queue, consumers.len()).await
+    };
+    // One channel after the other, in the order they were read, each one's messages back before
+    // the next channel closes: a quorum queue puts each channel's messages back ahead of what it
+    // holds when it takes them back.
+    let mut given_back = 0;
+    for (consumer, untaken) in consumers {
+        let waits = consumer.gives_back_when_closed();
         let closed = consumer.close_channel().await;
+        if let (true, Ok(()), Some(ready_before)) = (waits, &closed, ready_before) {
+            given_back += untaken;
+            outcome = outcome.and(ready_again(&client, queue, ready_before + given_back).await);
+        }
         outcome = outcome.and(closed);
     }
     let closed = client.close().await;
     drop(held);
     outcome?;
     closed?;
+    // The rest (what `basic.get` read, and on the embedded broker everything) goes back with
+    // the client.
+    let untaken = read.iter().filter(|swept| !swept.taken).count() as u64;
+    if let Some(ready_before) = ready_before.filter(|_| untaken > given_back) {
+        let client = Client::connect_with(url, options).await?;
+        let back = ready_again(&client, queue, ready_before + untaken).await;
+        let closed = client.close().await;
+        back?;
+        closed?;
+    }
     Ok(read)
+}
+
+/// The queue's count of ready messages, as RabbitMQ reports it once it answers for real: a
+/// quorum queue whose Raft leader does not answer its local query within 250 ms (a busy node)
+/// is reported with no messages and no consumers at all, which is never the truth while this
+/// read's own consumers (`ours`) are on it. 0 if no real answer came within [`PATIENCE`]: the
+/// wait that follows then still waits for the messages given back themselves. `None` when the
+/// queue has consumers besides this read's: they take what comes back, so there is nothing to
+/// wait for.
+async fn ready_count(client: &Client, queue: &str, ours: usize) -> Option<u64> {
+    let looking = async {
+        loop {
+            match client.inspect_queue(queue).await {
+                Ok(info) if info.consumer_count as usize > ours => return None,
+                Ok(info) if info.message_count > 0 || info.consumer_count > 0 => {
+                    return Some(u64::from(info.message_count));
+                }
+                Ok(_) => {}
+                Err(error) if error.is_transient() => {}
+                Err(_) => return Some(0),
+            }
+            tokio::time::sleep(LOOK_AGAIN).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, looking)
+        .await
+        .unwrap_or(Some(0))
+}
+
+/// Waits until `queue` holds at least `ready` messages ready, the messages this read gave back
+/// among them, or [`PATIENCE`] is over (another consumer took some meanwhile).
+///
+/// The close of a channel (or connection) holding them is not the moment they are back: RabbitMQ
+/// gives a closing channel's unacknowledged messages back to a classic queue it consumes from
+/// before it confirms the close, but a quorum queue takes them back only once the channel
+/// process has ended, through an entry in its Raft log that it applies a while later on a busy
+/// node; a read of the queue right after the close would miss them. (Giving them back with
+/// `basic.nack` instead would not keep their order: RabbitMQ 3.x requeues a nacked message at
+/// the tail of a quorum queue, while a closing channel's messages go back to its head.)
+async fn ready_again(client: &Client, queue: &str, ready: u64) -> Result<()> {
+    let waiting = async {
+        while u64::from(client.inspect_queue(queue).await?.message_count) < ready {
+            tokio::time::sleep(LOOK_AGAIN).await;
+        }
+        Ok(())
+    };
+    tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .unwrap_or(Ok(()))
 }
 
 /// One sweep under way. Its deliveries and consumers are held until their channels close,
@@ -136,7 +217,8 @@ struct Reading<F> {
     take: F,
     read: Vec<Swept>,
     held: Vec<Delivery>,
-    consumers: Vec<Consumer>,
+    /// Each consumer with the number of its deliveries `take` did not select.
+    consumers: Vec<(Consumer, u64)>,
 }
 
 impl<F: FnMut(&MessageJson) -> bool> Reading<F> {
@@ -149,8 +231,13 @@ impl<F: FnMut(&MessageJson) -> bool> Reading<F> {
             let mut consumer = client
                 .consume(queue, &ConsumeOptions::default().prefetch(prefetch))
                 .await?;
+            let start = self.read.len();
             let filled = self.fill(client, queue, &mut consumer, window).await;
-            self.consumers.push(consumer);
+            let untaken = self.read[start..]
+                .iter()
+                .filter(|swept| !swept.taken)
+                .count();
+            self.consumers.push((consumer, untaken as u64));
             if !filled? {
                 // The consumer stalled with messages ready (another consumer is the queue's
                 // single active one) or the queue ran dry: the rest, if any, one `basic.get`

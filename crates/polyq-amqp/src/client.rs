@@ -626,6 +626,17 @@ impl Consumer {
             ConsumerInner::Amqp(consumer) => consumer.close_channel().await,
         }
     }
+
+    /// Whether [`close_channel`](Self::close_channel) gives the unsettled deliveries back
+    /// (though a quorum queue may show them ready only a while later), rather than the close of
+    /// the client.
+    pub(crate) fn gives_back_when_closed(&self) -> bool {
+        match self.inner {
+            ConsumerInner::Memory(_) => false,
+            #[cfg(feature = "amqp")]
+            ConsumerInner::Amqp(_) => true,
+        }
+    }
 }
 
 impl Stream for Consumer {

@@ -139,8 +139,8 @@ impl Consumer {
     }
 
     /// Ends the consumer. When no delivery it carried is left unsettled, its channel is closed,
-    /// which ends the consumer too, and what it had prefetched is ready on the queue again by the
-    /// time this returns. Otherwise it is cancelled with `basic.cancel` and the channel stays open
+    /// which ends the consumer too, and what it had prefetched is ready on a classic queue again
+    /// by the time this returns (a quorum queue takes it back a while later). Otherwise it is cancelled with `basic.cancel` and the channel stays open
     /// until every such delivery is settled or dropped.
     pub(crate) async fn cancel(mut self) -> Result<()> {
         let Some(Attached {
@@ -152,7 +152,7 @@ impl Consumer {
         let operation = format!("cancel the consumer on queue `{}`", self.slot.queue_name);
         match Arc::try_unwrap(channel) {
             // No `basic.cancel` first: RabbitMQ returns a closing channel's unacknowledged
-            // messages to the queues it still consumes from before it confirms the close, but
+            // messages to the classic queues it still consumes from before it confirms the close, but
             // those of a queue it no longer consumes from only afterwards, so a depth read
             // right after would miss them. Closing here also keeps the channel from closing
             // concurrently with a connection close that follows, a race lapin reports as an
@@ -175,7 +175,9 @@ impl Consumer {
     }
 
     /// Ends the consumer by closing its channel, whatever deliveries are still held: the broker
-    /// takes back every unsettled one at once, in its order, and their ackers go stale.
+    /// takes back every unsettled one at once, in its order, and their ackers go stale. A classic
+    /// queue has them back by the time this returns; a quorum queue applies their return through
+    /// its Raft log once the channel process has ended, which may be later.
     pub(crate) async fn close_channel(mut self) -> Result<()> {
         let Some(Attached {
             consumer, channel, ..
