@@ -20,13 +20,7 @@ where
             .block_on(cleanup())
     })
     .join()
-    .unwrap_or_else(|panic| {
-        Err(panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_else(|| "the cleanup panicked".to_owned()))
-    });
+    .unwrap_or_else(|panic| Err(polyq_runtime::panic_message(panic.as_ref())));
     if let Err(error) = outcome {
         assert!(std::thread::panicking(), "could not {what}: {error}");
     }
