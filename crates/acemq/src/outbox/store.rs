@@ -362,6 +362,7 @@ mod tests {
             .await
             .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
         let name = polyq_testkit::unique_name("acemq_outbox_plan").replace(['-', '.'], "_");
+        let _dropped = polyq_testkit::postgres::DropTables::new([&name]);
         let table = Table::new(&name).unwrap();
         table.migrate(&db).await.unwrap();
         sqlx::query(&format!(
@@ -405,10 +406,6 @@ mod tests {
         .unwrap();
         let ids: Vec<String> = claimed.into_iter().map(|(row, _)| row.id).collect();
         assert_eq!(ids, expected);
-        sqlx::query(&format!("DROP TABLE {name}"))
-            .execute(&db)
-            .await
-            .unwrap();
     }
 
     #[test]
