@@ -140,8 +140,9 @@ impl Consumer {
 
     /// Ends the consumer. When no delivery it carried is left unsettled, its channel is closed,
     /// which ends the consumer too, and what it had prefetched is ready on a classic queue again
-    /// by the time this returns (a quorum queue takes it back a while later). Otherwise it is cancelled with `basic.cancel` and the channel stays open
-    /// until every such delivery is settled or dropped.
+    /// by the time this returns (a quorum queue takes it back a while later). Otherwise it is
+    /// cancelled with `basic.cancel` and the channel stays open until every such delivery is
+    /// settled or dropped.
     pub(crate) async fn cancel(mut self) -> Result<()> {
         let Some(Attached {
             consumer, channel, ..
@@ -152,9 +153,9 @@ impl Consumer {
         let operation = format!("cancel the consumer on queue `{}`", self.slot.queue_name);
         match Arc::try_unwrap(channel) {
             // No `basic.cancel` first: RabbitMQ returns a closing channel's unacknowledged
-            // messages to the classic queues it still consumes from before it confirms the close, but
-            // those of a queue it no longer consumes from only afterwards, so a depth read
-            // right after would miss them. Closing here also keeps the channel from closing
+            // messages to the classic queues it still consumes from before it confirms the
+            // close, but those of a queue it no longer consumes from only afterwards, so a depth
+            // read right after would miss them. Closing here also keeps the channel from closing
             // concurrently with a connection close that follows, a race lapin reports as an
             // error. The lapin consumer outlives the close so that dropping it sends nothing.
             Ok(channel) => {
