@@ -216,30 +216,55 @@ async fn delete_declared(url: &str, queues: Vec<String>, exchanges: Vec<String>)
     cleaner.close().await.expect("close the cleaning client");
 }
 
-/// Deletes every key of the Redis server at `url` whose name contains `name`: what a scenario
-/// left behind for its queue `name`.
+/// Every key of the Redis server at `url` whose name contains `name`, found with `SCAN`: it
+/// walks the keyspace a page at a time, where `KEYS` would block a server other tests share.
+///
+/// # Panics
+/// When the server cannot be reached or refuses the commands.
+pub async fn redis_keys(url: &str, name: &str) -> Vec<String> {
+    let mut connection = redis_connection(url).await;
+    scan_keys(&mut connection, name).await
+}
+
+/// Deletes every key of the Redis server at `url` whose name contains `name` (found as by
+/// [`redis_keys`]): what a scenario left behind for its queue `name`.
 ///
 /// # Panics
 /// When the server cannot be reached or refuses the commands.
 pub async fn delete_redis_keys(url: &str, name: &str) {
-    let shown = polyq_amqp::redact_url(url);
-    let client = redis::Client::open(url).unwrap_or_else(|e| panic!("Redis at {shown}: {e}"));
-    let mut connection = client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("connect to Redis at {shown} to clean up: {e}"));
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{name}*"))
-        .query_async(&mut connection)
-        .await
-        .unwrap_or_else(|e| panic!("list the keys of {name}: {e}"));
-    if !keys.is_empty() {
-        let () = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut connection)
+    let mut connection = redis_connection(url).await;
+    let keys = scan_keys(&mut connection, name).await;
+    for batch in keys.chunks(SCAN_COUNT) {
+        let _: u64 = redis::AsyncCommands::del(&mut connection, batch)
             .await
             .unwrap_or_else(|e| panic!("delete the keys of {name}: {e}"));
     }
+}
+
+/// How many keys one `SCAN` step looks at, and one `DEL` deletes.
+const SCAN_COUNT: usize = 1000;
+
+async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    let shown = polyq_amqp::redact_url(url);
+    redis::Client::open(url)
+        .unwrap_or_else(|e| panic!("Redis at {shown}: {e}"))
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("connect to Redis at {shown} to clean up: {e}"))
+}
+
+async fn scan_keys(connection: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<String> {
+    let options = redis::ScanOptions::default()
+        .with_pattern(format!("*{name}*"))
+        .with_count(SCAN_COUNT);
+    let mut scan = redis::AsyncCommands::scan_options::<String>(connection, options)
+        .await
+        .unwrap_or_else(|e| panic!("list the keys of {name}: {e}"));
+    let mut keys = Vec::new();
+    while let Some(key) = scan.next_item().await {
+        keys.push(key.unwrap_or_else(|e| panic!("list the keys of {name}: {e}")));
+    }
+    keys
 }
 
 /// A scenario's cleanup must run after a failed assertion too, so a lock poisoned by one is

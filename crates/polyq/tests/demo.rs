@@ -183,13 +183,7 @@ async fn the_babel_demo_on_redis_shows_the_same_steps_in_both_layouts_and_cleans
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap()
             .to_owned();
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("*{queue}*"))
-            .query_async(&mut connection)
-            .await
-            .unwrap();
+        let keys = polyq_testkit::brokers::redis_keys(&url, &queue).await;
         assert!(
             keys.is_empty(),
             "{layout}: the demo removed its keys, found {keys:?}"
