@@ -14,7 +14,7 @@ use babelqueue::idempotency::{
     Claim, ClaimingStore, IdempotencyStore, PostgresClaimingStore, PostgresStore,
     RedisClaimingStore, RedisStore,
 };
-use polyq_testkit::brokers::DeleteQueues;
+use polyq_testkit::brokers::DeleteRedisKeys;
 use polyq_testkit::postgres::{DropSchemas, DropTables};
 use redis::AsyncCommands;
 
@@ -56,8 +56,7 @@ async fn claiming_contract(store: &dyn ClaimingStore, id: &str) {
 async fn redis_claiming_store() {
     let url = polyq_testkit::redis_url();
     let prefix = format!("{}:", polyq_testkit::unique_name("bq-idem-store"));
-    // On Redis the guard deletes every key containing the prefix: the store's keys.
-    let _keys = DeleteQueues::new(&url, [&prefix]);
+    let _keys = DeleteRedisKeys::new(&url, [&prefix]);
     let store = RedisClaimingStore::connect(&url)
         .await
         .unwrap()
@@ -94,8 +93,7 @@ async fn redis_claiming_store() {
 async fn redis_seen_set_keeps_the_go_layout() {
     let url = polyq_testkit::redis_url();
     let prefix = format!("{}:", polyq_testkit::unique_name("bq-idem-store"));
-    // On Redis the guard deletes every key containing the prefix: the store's keys.
-    let _keys = DeleteQueues::new(&url, [&prefix]);
+    let _keys = DeleteRedisKeys::new(&url, [&prefix]);
     let store = RedisStore::connect(&url)
         .await
         .unwrap()

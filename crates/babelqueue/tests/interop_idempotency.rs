@@ -59,6 +59,8 @@ async fn a_rust_worker_and_a_python_worker_share_one_redis_store() {
     let url = polyq_testkit::redis_url();
     let name = polyq_testkit::unique_name("bq-idem-py");
     let prefix = format!("{}{name}:", RedisStore::DEFAULT_PREFIX);
+    // The store's keys hold the queue's name too.
+    let _keys = polyq_testkit::brokers::DeleteQueues::new(&url, [&name]);
     let queue = BabelQueue::builder(&url)
         .queue(&name)
         .connect()
@@ -99,5 +101,4 @@ async fn a_rust_worker_and_a_python_worker_share_one_redis_store() {
             .unwrap();
         assert_eq!(value.as_deref(), Some("1"), "the Go layout's value");
     }
-    polyq_testkit::brokers::delete_redis_keys(&url, &name).await;
 }

@@ -19,7 +19,7 @@ use babelqueue::idempotency::{
 use babelqueue::transport::{ConnectOptions, Transport};
 use babelqueue::worker::{BoxError, JobContext, JobInterceptor};
 use babelqueue::{BabelQueue, Envelope, MakeOptions};
-use polyq_testkit::brokers::TestBroker;
+use polyq_testkit::brokers::{DeleteRedisKeys, TestBroker};
 use polyq_testkit::postgres::DropTables;
 use runtime_support::{Bound, PATIENCE};
 use serde_json::json;
@@ -38,10 +38,10 @@ enum Store {
     PostgresClaiming,
 }
 
-/// A store on a key prefix or table of its own, and what removes it at the end.
+/// A store on a key prefix or table of its own, and what removes it when dropped.
 struct Opened {
     option: Idempotency,
-    redis_prefix: Option<String>,
+    _keys: Option<DeleteRedisKeys>,
     _table: Option<DropTables>,
 }
 
@@ -54,20 +54,20 @@ impl Opened {
         let pool = || async { sqlx::PgPool::connect(&polyq_testkit::postgres_url()).await };
         let mut opened = Self {
             option: Idempotency::seen_set(Arc::new(InMemoryStore::new())),
-            redis_prefix: None,
+            _keys: None,
             _table: None,
         };
         opened.option = match store {
             Store::Memory => opened.option,
             Store::MemoryClaiming => Idempotency::claiming(Arc::new(InMemoryClaimingStore::new())),
             Store::Redis => {
+                opened._keys = Some(DeleteRedisKeys::new(&redis_url, [&redis_prefix]));
                 let store = RedisStore::connect(&redis_url).await.unwrap();
-                opened.redis_prefix = Some(redis_prefix.clone());
                 Idempotency::seen_set(Arc::new(store.prefix(redis_prefix).unwrap()))
             }
             Store::RedisClaiming => {
+                opened._keys = Some(DeleteRedisKeys::new(&redis_url, [&redis_prefix]));
                 let store = RedisClaimingStore::connect(&redis_url).await.unwrap();
-                opened.redis_prefix = Some(redis_prefix.clone());
                 Idempotency::claiming(Arc::new(store.prefix(redis_prefix).unwrap()))
             }
             Store::Postgres => {
@@ -88,12 +88,6 @@ impl Opened {
             }
         };
         opened
-    }
-
-    async fn close(self) {
-        if let Some(prefix) = self.redis_prefix {
-            polyq_testkit::brokers::delete_redis_keys(&polyq_testkit::redis_url(), &prefix).await;
-        }
     }
 }
 
@@ -135,7 +129,6 @@ async fn two_workers_one_effect(broker: &'static TestBroker, store: Store) {
     }
     assert_eq!(effects.load(Ordering::SeqCst), 1, "{store:?}");
     assert_eq!(bound.depth(bound.name()).await, 0);
-    opened.close().await;
 }
 
 /// Counts the deliveries that reached a worker, before the idempotency guard.
@@ -197,7 +190,6 @@ async fn concurrent_duplicates_wait_for_the_winner(broker: &'static TestBroker, 
     assert_eq!(*arrived.borrow(), 2);
     assert_eq!(effects.load(Ordering::SeqCst), 1, "{store:?}");
     assert_eq!(bound.depth(bound.name()).await, 0);
-    opened.close().await;
 }
 
 /// A PostgreSQL store on a port nothing listens on.

@@ -18,6 +18,7 @@ const URN: &str = "urn:babel:orders:created";
 async fn fail_dead_letter_redrive_replay(layout: RedisLayout) {
     let url = polyq_testkit::redis_url();
     let name = polyq_testkit::unique_name("bq-rt-redis");
+    let _keys = polyq_testkit::brokers::DeleteQueues::new(&url, [&name]);
     let queue = BabelQueue::builder(&url)
         .queue(&name)
         .redis_layout(layout)
@@ -111,7 +112,6 @@ async fn fail_dead_letter_redrive_replay(layout: RedisLayout) {
         .await
         .unwrap();
     assert_eq!((rest.redriven, rest.skipped), (0, 1), "{rest:?}");
-    polyq_testkit::brokers::delete_redis_keys(&url, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

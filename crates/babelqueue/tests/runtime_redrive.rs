@@ -12,7 +12,7 @@ use babelqueue::transport::{AnyTransport, ConnectOptions, Reserved, Transport};
 use babelqueue::worker::{Job, UnknownUrn};
 use bytes::Bytes;
 use polyq_amqp::Properties;
-use polyq_testkit::brokers::TestBroker;
+use polyq_testkit::brokers::{DeleteQueues, TestBroker};
 use runtime_support::{IDLE, PATIENCE, Refusing, Scene, envelope_of, json_of};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -340,6 +340,8 @@ fn n_below_200(envelope: &babelqueue::Envelope) -> bool {
 
 async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
     let name = polyq_testkit::unique_name("bq-rt-long");
+    let dlq = format!("{name}.dlq");
+    let _queues = delete_at_end(url, &[&name, &dlq]);
     let queue = BabelQueue::builder(url)
         .queue(&name)
         .options(options)
@@ -347,7 +349,6 @@ async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
         .await
         .unwrap();
     let transport = queue.transport().as_ref();
-    let dlq = format!("{name}.dlq");
     let written = fill_dead_letter_queue(transport, &dlq, LONG, |_| name.clone()).await;
     // Several windows where the binding does not bound them; the prefetch window where it does.
     let base = RedriveOptions::new().wait(WAIT).window(LONG_WINDOW);
@@ -422,22 +423,12 @@ async fn long_dead_letter_queue(url: &str, options: ConnectOptions) {
             assert_eq!(traceparent, Some(written[n].traceparent.as_str()));
         }
     }
-    delete(transport, &name, &[&dlq]).await;
 }
 
-/// Deletes `name` and the queues named `others` (every key holding `name` on Redis).
-async fn delete(transport: &AnyTransport, name: &str, others: &[&str]) {
-    match transport {
-        AnyTransport::Amqp(amqp) => {
-            for queue in std::iter::once(name).chain(others.iter().copied()) {
-                let _ = amqp.client().delete_queue(queue).await;
-            }
-        }
-        #[cfg(feature = "redis")]
-        _ => polyq_testkit::brokers::delete_redis_keys(&polyq_testkit::redis_url(), name).await,
-        #[cfg(not(feature = "redis"))]
-        _ => {}
-    }
+/// Deletes `queues` when dropped, also when the test fails (on Redis every key holding one's
+/// name); an embedded broker is the test's own and goes with the process.
+fn delete_at_end(url: &str, queues: &[&str]) -> Option<DeleteQueues> {
+    (!url.starts_with("memory://")).then(|| DeleteQueues::new(url, queues.iter().copied()))
 }
 
 /// A window with refused publishes, on every binding.
@@ -492,9 +483,10 @@ fn turned_down(n: u64) -> bool {
 
 async fn a_failed_window_reports_what_it_settled(url: &str, options: ConnectOptions) {
     let name = polyq_testkit::unique_name("bq-rt-fail");
-    let transport = AnyTransport::connect(url, options).await.unwrap();
     let dlq = format!("{name}.dlq");
     let refused = format!("{name}.refused");
+    let _queues = delete_at_end(url, &[&name, &dlq, &refused]);
+    let transport = AnyTransport::connect(url, options).await.unwrap();
     let written = fill_dead_letter_queue(&transport, &dlq, FAILING, |n| {
         if headed_for_refused(n) {
             refused.clone()
@@ -603,7 +595,6 @@ async fn a_failed_window_reports_what_it_settled(url: &str, options: ConnectOpti
             assert_eq!(traceparent, Some(written[n].traceparent.as_str()));
         }
     }
-    delete(&transport, &name, &[&dlq, &refused]).await;
 }
 
 /// Acknowledgements refused after the copies were published, on the AMQP bindings (whose
@@ -631,6 +622,7 @@ const UNACKED: usize = 10;
 async fn an_ack_failing_after_its_publish_loses_nothing(url: &str) {
     let name = polyq_testkit::unique_name("bq-rt-ack");
     let dlq = format!("{name}.dlq");
+    let _queues = delete_at_end(url, &[&name, &dlq]);
     let first = AnyTransport::connect(url, ConnectOptions::default())
         .await
         .unwrap();
@@ -687,5 +679,4 @@ async fn an_ack_failing_after_its_publish_loses_nothing(url: &str) {
     assert_eq!(again, decodable);
     let left = take_exactly(&second, &dlq, 1).await;
     assert_eq!(left[0].body, written[7].body, "the undecodable one stays");
-    delete(&second, &name, &[&dlq]).await;
 }

@@ -149,8 +149,8 @@ impl TestBroker {
 /// Deletes its queues when it is dropped, at the end of the test or while a failed test
 /// unwinds: for a test on RabbitMQ or Redis that does not run as a [`run`] scenario. A queue
 /// that no longer exists is fine; on Redis, every key whose name contains one of the names
-/// goes (what a binding keeps for the queue beside its list, or a store's keys under a unique
-/// prefix).
+/// goes (what a binding keeps for the queue beside its list). For Redis keys that are not a
+/// queue's, see [`DeleteRedisKeys`].
 #[derive(Debug)]
 pub struct DeleteQueues {
     url: String,
@@ -179,6 +179,55 @@ impl Drop for DeleteQueues {
             &format!("delete the queues {:?}", self.queues),
             move || async move {
                 delete_declared(&url, queues, Vec::new()).await;
+                Ok(())
+            },
+        );
+    }
+}
+
+/// Deletes, when it is dropped, at the end of the test or while a failed test unwinds, every
+/// key of the Redis server at `url` whose name contains one of its names (see
+/// [`delete_redis_keys`]): for keys that are not a queue's, such as a store's under a unique
+/// prefix.
+///
+/// ```no_run
+/// # async fn example() {
+/// let url = polyq_testkit::redis_url();
+/// let prefix = format!("{}:", polyq_testkit::unique_name("store"));
+/// let _keys = polyq_testkit::brokers::DeleteRedisKeys::new(&url, [&prefix]);
+/// // ... write keys under `prefix` and assert on them ...
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct DeleteRedisKeys {
+    url: String,
+    names: Vec<String>,
+}
+
+impl DeleteRedisKeys {
+    /// A guard for the keys containing any of `names` on the Redis at `url`; make it before
+    /// the keys, so that those written before a failure are deleted too.
+    pub fn new(url: &str, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            url: url.to_owned(),
+            names: names.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl Drop for DeleteRedisKeys {
+    fn drop(&mut self) {
+        if self.names.is_empty() {
+            return;
+        }
+        let url = self.url.clone();
+        let names = self.names.clone();
+        crate::guard::clean_up_on_drop(
+            &format!("delete the Redis keys containing {:?}", self.names),
+            move || async move {
+                for name in names {
+                    delete_redis_keys(&url, &name).await;
+                }
                 Ok(())
             },
         );

@@ -11,6 +11,8 @@ use acemq::idempotency::postgres::PostgresIdempotencyStore;
 use acemq::idempotency::redis::RedisIdempotencyStore;
 use acemq::idempotency::{ClaimResult, IdempotencyStore, InMemoryIdempotencyStore, StoreError};
 use futures_util::future::BoxFuture;
+use polyq_testkit::brokers::DeleteRedisKeys;
+use polyq_testkit::postgres::DropTables;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 
@@ -83,25 +85,6 @@ impl Backing {
             ),
         }
     }
-
-    pub async fn remove(&self) {
-        match self.kind {
-            Kind::InMemory => {}
-            Kind::Postgres => {
-                sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {}", self.table))
-                    .execute(self.pool.as_ref().unwrap())
-                    .await
-                    .expect("drop the test table");
-            }
-            Kind::Redis => {
-                polyq_testkit::brokers::delete_redis_keys(
-                    &polyq_testkit::redis_url(),
-                    &self.prefix,
-                )
-                .await;
-            }
-        }
-    }
 }
 
 /// A store that reports what each claim found.
@@ -138,13 +121,10 @@ where
     F: FnOnce(Arc<Backing>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    use futures_util::FutureExt as _;
     let backing = Arc::new(Backing::new(kind).await);
-    let outcome = std::panic::AssertUnwindSafe(body(Arc::clone(&backing)))
-        .catch_unwind()
-        .await;
-    backing.remove().await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    // Made before any instance migrates the table or writes a key.
+    let _table = matches!(kind, Kind::Postgres).then(|| DropTables::new([&backing.table]));
+    let _keys = matches!(kind, Kind::Redis)
+        .then(|| DeleteRedisKeys::new(&polyq_testkit::redis_url(), [&backing.prefix]));
+    body(Arc::clone(&backing)).await;
 }
