@@ -16,8 +16,9 @@ use babelqueue::transport::redis::{
 };
 use babelqueue::{DeadLetter, DeadLetterReason, MakeOptions};
 use bytes::Bytes;
+use polyq_testkit::brokers::DeleteRedisKeys;
 use redis::AsyncCommands;
-use redis_support::{Keys, UPPER_BOUND};
+use redis_support::UPPER_BOUND;
 use serde_json::{Value, json};
 
 const URN: &str = "urn:babel:orders:created";
@@ -125,7 +126,7 @@ async fn peer(command: &str, layout: &str, queue: &str, args: &[&str]) -> Value 
 struct Fixture {
     queue: String,
     raw: redis::aio::MultiplexedConnection,
-    _keys: Keys,
+    _keys: DeleteRedisKeys,
 }
 
 async fn fixture() -> Fixture {
@@ -133,10 +134,7 @@ async fn fixture() -> Fixture {
     let queue = polyq_testkit::unique_name("bq-interop-redis");
     let raw = redis_support::raw_connection(&url).await;
     Fixture {
-        _keys: Keys {
-            url,
-            pattern: format!("*{queue}*"),
-        },
+        _keys: DeleteRedisKeys::new(&url, [&queue]),
         queue,
         raw,
     }

@@ -8,7 +8,7 @@ mod redis_support;
 use babelqueue::transport::Transport;
 use babelqueue::transport::redis::{LaravelTransport, RedisOptions, RedisTransport};
 use bytes::Bytes;
-use redis_support::Keys;
+use polyq_testkit::brokers::DeleteRedisKeys;
 
 fn bodies(count: usize) -> Vec<Bytes> {
     (0..count)
@@ -21,10 +21,7 @@ async fn the_default_layout_is_browsed_in_order_and_a_value_removed() {
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name("bq-browse-default");
     let dlq = format!("{queue}.dlq");
-    let _keys = Keys {
-        url: url.clone(),
-        pattern: format!("{queue}*"),
-    };
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     let transport = RedisTransport::connect(&url, RedisOptions::new())
         .await
         .unwrap();
@@ -125,10 +122,7 @@ async fn a_selection_of_thousands_is_removed_in_one_pass(
 async fn a_selection_of_thousands_leaves_the_rest_in_order_on_the_default_layout() {
     let url = polyq_testkit::redis_url();
     let dlq = format!("{}.dlq", polyq_testkit::unique_name("bq-remove-default"));
-    let _keys = Keys {
-        url: url.clone(),
-        pattern: format!("{dlq}*"),
-    };
+    let _keys = DeleteRedisKeys::new(&url, [&dlq]);
     let transport = RedisTransport::connect(&url, RedisOptions::new())
         .await
         .unwrap();
@@ -147,10 +141,7 @@ async fn a_selection_of_thousands_leaves_the_rest_in_order_on_the_laravel_layout
     let laravel = LaravelTransport::connect(&url, RedisOptions::new())
         .await
         .unwrap();
-    let _keys = Keys {
-        url: url.clone(),
-        pattern: format!("{}*", laravel.key(&dlq)),
-    };
+    let _keys = DeleteRedisKeys::new(&url, [&dlq]);
     a_selection_of_thousands_is_removed_in_one_pass(
         async |selected| laravel.remove_all(&dlq, selected).await.unwrap(),
         async |value| laravel.publish(&dlq, value.clone(), &[]).await.unwrap(),
@@ -170,10 +161,7 @@ async fn the_laravel_layout_is_browsed_and_its_dead_letter_queues_found_apart() 
     let default = RedisTransport::connect(&url, RedisOptions::new())
         .await
         .unwrap();
-    let _keys = Keys {
-        url: url.clone(),
-        pattern: format!("{}*", laravel.key(&queue)),
-    };
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     let sent = bodies(10);
     for body in &sent {
         laravel.publish(&dlq, body.clone(), &[]).await.unwrap();

@@ -11,25 +11,23 @@ use babelqueue::transport::redis::{RedisErrorKind, RedisOptions, RedisTransport}
 use babelqueue::transport::{Reserved, Transport};
 use babelqueue::{Error, projection};
 use bytes::Bytes;
+use polyq_testkit::brokers::DeleteRedisKeys;
 use redis::AsyncCommands;
 use redis_support::{
-    Keys, NO_WAIT, UPPER_BOUND, kind, move_three_with_the_second_settled, nothing_ready, now,
+    NO_WAIT, UPPER_BOUND, kind, move_three_with_the_second_settled, nothing_ready, now,
 };
 
 struct Fixture {
     queue: String,
     transport: RedisTransport,
     raw: redis::aio::MultiplexedConnection,
-    _keys: Keys,
+    _keys: DeleteRedisKeys,
 }
 
 async fn fixture(options: RedisOptions) -> Fixture {
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name("bq-redis-default");
-    let keys = Keys {
-        url: url.clone(),
-        pattern: format!("{queue}*"),
-    };
+    let keys = DeleteRedisKeys::new(&url, [&queue]);
     let transport = RedisTransport::connect(&url, options).await.unwrap();
     let raw = redis_support::raw_connection(&url).await;
     Fixture {

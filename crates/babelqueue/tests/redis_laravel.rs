@@ -12,9 +12,10 @@ use babelqueue::MakeOptions;
 use babelqueue::transport::redis::{LaravelTransport, RedisErrorKind, RedisOptions};
 use babelqueue::transport::{Reserved, Transport};
 use bytes::Bytes;
+use polyq_testkit::brokers::DeleteRedisKeys;
 use redis::AsyncCommands;
 use redis_support::{
-    Keys, NO_WAIT, UPPER_BOUND, kind, move_three_with_the_second_settled, nothing_ready, now,
+    NO_WAIT, UPPER_BOUND, kind, move_three_with_the_second_settled, nothing_ready, now,
 };
 use serde_json::json;
 
@@ -23,7 +24,7 @@ struct Fixture {
     ready: String,
     transport: LaravelTransport,
     raw: redis::aio::MultiplexedConnection,
-    _keys: Keys,
+    _keys: DeleteRedisKeys,
 }
 
 async fn fixture(options: RedisOptions) -> Fixture {
@@ -31,10 +32,7 @@ async fn fixture(options: RedisOptions) -> Fixture {
     let queue = polyq_testkit::unique_name("bq-redis-laravel");
     let transport = LaravelTransport::connect(&url, options).await.unwrap();
     let ready = transport.key(&queue);
-    let keys = Keys {
-        url: url.clone(),
-        pattern: format!("{ready}*"),
-    };
+    let keys = DeleteRedisKeys::new(&url, [&queue]);
     let raw = redis_support::raw_connection(&url).await;
     Fixture {
         queue,

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use babelqueue::transport::Transport;
 use babelqueue::transport::redis::{LaravelTransport, RedisOptions, RedisTransport};
 use bytes::Bytes;
+use polyq_testkit::brokers::DeleteRedisKeys;
 use polyq_testkit::proxy::TcpProxy;
-use redis_support::{Keys, NO_WAIT, UPPER_BOUND};
+use redis_support::{NO_WAIT, UPPER_BOUND};
 
 /// Messages published after the cut, each of which must be reserved and acked.
 const AFTER_CUT: usize = 20;
@@ -86,10 +87,7 @@ async fn default_layout_waits_again_after_a_cut() {
     let url = polyq_testkit::redis_url();
     let proxy = TcpProxy::start(upstream(&url)).await;
     let queue = polyq_testkit::unique_name("bq-redis-reconnect");
-    let _keys = Keys {
-        url: url.clone(),
-        pattern: format!("{queue}*"),
-    };
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     let transport = RedisTransport::connect(&through(&url, &proxy), RedisOptions::new())
         .await
         .unwrap();
@@ -104,9 +102,6 @@ async fn laravel_layout_waits_again_after_a_cut() {
     let transport = LaravelTransport::connect(&through(&url, &proxy), RedisOptions::new())
         .await
         .unwrap();
-    let _keys = Keys {
-        url: url.clone(),
-        pattern: format!("{}*", transport.key(&queue)),
-    };
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     waits_again_after_a_cut(&transport, &proxy, &queue).await;
 }

@@ -15,6 +15,7 @@ use babelqueue::BabelQueue;
 use babelqueue::transport::redis::{RedisErrorKind, RedisOptions};
 use babelqueue::transport::{ConnectOptions, RedisLayout, Transport};
 use failover_support::{URN, publish_and_consume_through};
+use polyq_testkit::brokers::DeleteRedisKeys;
 use polyq_testkit::redis_nodes::RedisNodes;
 use serde_json::json;
 
@@ -105,10 +106,7 @@ async fn without_a_replica_a_push_fails_after_the_timeout_and_stays_done() {
     let url = format!("{base}{separator}wait_replicas=1&wait_timeout_ms=300");
     for layout in [RedisLayout::Default, RedisLayout::Laravel] {
         let name = polyq_testkit::unique_name("bq-wait-no-replica");
-        let _keys = redis_support::Keys {
-            url: base.clone(),
-            pattern: format!("*{name}*"),
-        };
+        let _keys = DeleteRedisKeys::new(&base, [&name]);
         let queue = connect(&url, layout, &name).await.unwrap();
         let started = Instant::now();
         let error = queue.publish(URN, &json!({"n": 1})).await.unwrap_err();

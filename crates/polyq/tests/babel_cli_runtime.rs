@@ -8,7 +8,8 @@ use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout};
 use serde_json::Value;
 
 mod common;
-use common::{command, failure, polyq, remove, success_lines, with_input};
+use common::{command, failure, polyq, success_lines, with_input};
+use polyq_testkit::brokers::DeleteQueues;
 
 fn run(args: &[&str]) -> Vec<String> {
     success_lines(polyq(args), args)
@@ -16,6 +17,7 @@ fn run(args: &[&str]) -> Vec<String> {
 
 async fn round_trip(url: &str, layout: &str) {
     let queue = polyq_testkit::unique_name("polyq.cli.babel");
+    let _queues = DeleteQueues::new(url, [queue.clone(), format!("{queue}.dlq")]);
     let headers_ride = layout == "default";
     let mut publish = vec![
         "babel",
@@ -104,7 +106,6 @@ async fn round_trip(url: &str, layout: &str) {
         "0.3",
     ]);
     assert!(empty.is_empty(), "{layout}: the jobs were acknowledged");
-    remove(url, &queue).await;
 }
 
 fn polyq_decode(body: &str) -> String {
@@ -129,6 +130,7 @@ async fn publish_then_consume_on_redis_laravel_layout() {
 
 async fn redrive(url: &str) {
     let queue = polyq_testkit::unique_name("polyq.cli.redrive");
+    let _queues = DeleteQueues::new(url, [queue.clone(), format!("{queue}.dlq")]);
     let dlq = format!("{queue}.dlq");
     let layout = ConnectOptions::default().redis_layout(RedisLayout::Default);
     let jobs = BabelQueue::with_transport(
@@ -218,7 +220,6 @@ async fn redrive(url: &str) {
         "0.3",
     ]);
     assert!(left.is_empty(), "the dead-letter queue is empty");
-    remove(url, &queue).await;
 }
 
 #[tokio::test]

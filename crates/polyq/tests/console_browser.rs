@@ -12,6 +12,7 @@ use console_support::{Browser, Console, HOSTILE, Rabbit, TOKEN, eventually};
 use fantoccini::Locator;
 use polyq_amqp::ClientOptions;
 use polyq_amqp::browse::browse;
+use polyq_testkit::brokers::DeleteRedisKeys;
 
 const URN: &str = "urn:babel:orders:created";
 
@@ -327,40 +328,13 @@ async fn redis_list(url: &str, key: &str) -> Vec<String> {
         .unwrap()
 }
 
-/// Deletes every key of the test's queue on drop.
-struct RedisKeys {
-    url: String,
-    queue: String,
-}
-
-impl Drop for RedisKeys {
-    fn drop(&mut self) {
-        let client = redis::Client::open(self.url.as_str()).unwrap();
-        if let Ok(mut connection) = client.get_connection() {
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{}*", self.queue))
-                .query(&mut connection)
-                .unwrap_or_default();
-            if !keys.is_empty() {
-                redis::cmd("DEL")
-                    .arg(&keys)
-                    .query::<()>(&mut connection)
-                    .ok();
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn babelqueue_jobs_on_redis_from_polyq_and_python_are_inspected_grouped_redriven_edited_and_deleted()
  {
     let url = redis_url();
     let queue = polyq_testkit::unique_name("polyq-console-jobs");
     let dlq = format!("{queue}.dlq");
-    let _keys = RedisKeys {
-        url: url.clone(),
-        queue: queue.clone(),
-    };
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     // Two jobs dead-lettered by polyq's own worker (no handler for the URN), one by Python's.
     let jobs = babelqueue::BabelQueue::builder(url.as_str())
         .queue(queue.as_str())

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 mod common;
 use common::{command, polyq, success_lines, with_input};
+use polyq_testkit::brokers::DeleteQueues;
 
 /// Upper bound for anything awaited; reaching it fails the test.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -454,6 +455,7 @@ async fn redis_dead_letters_round_trip(layout: &str, key_prefix: &str) {
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name(&format!("polyq-dlq-cli-{layout}"));
     let dlq = format!("{queue}.dlq");
+    let _keys = DeleteQueues::new(&url, [&queue]);
     let redis = redis::Client::open(url.as_str()).unwrap();
     let mut raw = redis.get_multiplexed_async_connection().await.unwrap();
     let (job_ids, jobs): (Vec<String>, Vec<String>) = (0..6)
@@ -527,8 +529,6 @@ async fn redis_dead_letters_round_trip(layout: &str, key_prefix: &str) {
     let source = list(&mut raw, &format!("{key_prefix}{queue}")).await;
     assert_eq!(source.len(), 1, "{source:?}");
     assert!(source[0].contains(&job_ids[2]), "{source:?}");
-
-    common::remove(&url, &queue).await;
 }
 
 #[tokio::test]
@@ -547,6 +547,7 @@ async fn a_large_selection_is_deleted_from_redis(layout: &str, key_prefix: &str)
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name(&format!("polyq-dlq-delete-{layout}"));
     let dlq = format!("{queue}.dlq");
+    let _keys = DeleteQueues::new(&url, [&queue]);
     let key = format!("{key_prefix}{dlq}");
     let redis = redis::Client::open(url.as_str()).unwrap();
     let mut raw = redis.get_multiplexed_async_connection().await.unwrap();
@@ -578,8 +579,6 @@ async fn a_large_selection_is_deleted_from_redis(layout: &str, key_prefix: &str)
         .map(|(_, job)| job.clone())
         .collect();
     assert_eq!(list(&mut raw, &key).await, kept);
-
-    common::remove(&url, &queue).await;
 }
 
 #[tokio::test]

@@ -7,7 +7,8 @@ use polyq_amqp::{Client, QueueSpec};
 use serde_json::{Value, json};
 
 mod common;
-use common::{failure, polyq, remove, success_lines};
+use common::{failure, polyq, success_lines};
+use polyq_testkit::brokers::DeleteQueues;
 
 fn run(args: &[&str]) -> Vec<Value> {
     success_lines(polyq(args), args)
@@ -91,6 +92,7 @@ async fn babel_takes_both_spellings() {
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name("polyq.cli.spelling");
     let dlq = format!("{queue}.dlq");
+    let _keys = DeleteQueues::new(&url, [&queue]);
     let publish = [
         "babel",
         "publish",
@@ -140,7 +142,6 @@ async fn babel_takes_both_spellings() {
     .concat();
     let left = consume(&dlq, "--limit", "5");
 
-    remove(&url, &queue).await;
     assert_eq!(redriven, [1, 2], "one job per redrive, one per consume");
     assert_eq!(left, [3]);
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use babelqueue::outbox::{Outbox, PgOutboxStore};
 use babelqueue::transport::{AnyTransport, ConnectOptions, Transport};
 use babelqueue::{MakeOptions, make};
-use common::{polyq, remove, success_lines};
+use common::{polyq, success_lines};
+use polyq_testkit::brokers::DeleteQueues;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -84,6 +85,7 @@ async fn babel_status_and_relay_to_redis() {
     let store = PgOutboxStore::new(db.clone()).in_table(&table).unwrap();
     store.migrate().await.unwrap();
     let queue = polyq_testkit::unique_name("polyq.outbox");
+    let _queues = DeleteQueues::new(&polyq_testkit::redis_url(), [&queue]);
     let mut tx = db.begin().await.unwrap();
     for id in 0..2 {
         let envelope = make(
@@ -118,7 +120,6 @@ async fn babel_status_and_relay_to_redis() {
     assert_eq!(after["oldest_pending_age_ms"], Value::Null);
 
     drop_table(&db, &table).await;
-    remove(&url, &queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,8 +131,9 @@ async fn acemq_status_and_relay_to_rabbitmq() {
     let outbox = acemq::outbox::Outbox::in_table(&table).unwrap();
     outbox.migrate(&db).await.unwrap();
     let url = polyq_testkit::amqp_url();
-    let mq = acemq::AceMq::connect(&url).await.unwrap();
     let queue = polyq_testkit::unique_name("polyq.outbox");
+    let _queues = DeleteQueues::new(&url, [&queue]);
+    let mq = acemq::AceMq::connect(&url).await.unwrap();
     mq.client()
         .declare_queue(&polyq_amqp::QueueSpec::new(queue.clone()))
         .await
@@ -162,5 +164,4 @@ async fn acemq_status_and_relay_to_rabbitmq() {
 
     drop_table(&db, &table).await;
     mq.close().await.unwrap();
-    remove(&url, &queue).await;
 }

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{failure_stderr, polyq, remove, success_lines};
+use common::{failure_stderr, polyq, success_lines};
+use polyq_testkit::brokers::DeleteQueues;
 
 /// `url` with its host and port replaced by 127.0.0.1:1, where nothing listens, and the
 /// `host:port` it had.
@@ -22,6 +23,7 @@ async fn a_dead_first_node_is_passed_over_in_repeated_urls_and_in_a_list() {
     let live = polyq_testkit::amqp_url();
     let (dead, host) = dead_twin(&live);
     let queue = polyq_testkit::unique_name("polyq.cli.url-list");
+    let _queues = DeleteQueues::new(&live, [queue.clone(), format!("{queue}.dlq")]);
     let publish = [
         "babel",
         "publish",
@@ -54,7 +56,6 @@ async fn a_dead_first_node_is_passed_over_in_repeated_urls_and_in_a_list() {
         "10",
     ];
     assert_eq!(success_lines(polyq(&consume), &consume).len(), 3);
-    remove(&live, &queue).await;
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! What the Redis tests share: a guard that removes a test's keys, a raw connection to look at
-//! them and the waits a reserve is given.
+//! What the Redis tests share: a raw connection to look at a test's keys and the waits a
+//! reserve is given.
 
 // Each test binary uses the part it needs.
 #![allow(dead_code)]
@@ -14,31 +14,6 @@ use babelqueue::transport::redis::RedisErrorKind;
 pub const NO_WAIT: Duration = Duration::ZERO;
 /// Upper bound for a reserve that must find something.
 pub const UPPER_BOUND: Duration = Duration::from_secs(10);
-
-/// Deletes every key of one test when dropped, also when the test fails.
-pub struct Keys {
-    /// The server the keys live on.
-    pub url: String,
-    /// A `KEYS` pattern matching every key of the test and no other.
-    pub pattern: String,
-}
-
-impl Drop for Keys {
-    fn drop(&mut self) {
-        let Ok(mut connection) =
-            redis::Client::open(self.url.as_str()).and_then(|client| client.get_connection())
-        else {
-            return;
-        };
-        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-            .arg(&self.pattern)
-            .query(&mut connection)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(keys).query(&mut connection);
-        }
-    }
-}
 
 /// A connection beside the transport's, to read and write keys directly.
 pub async fn raw_connection(url: &str) -> redis::aio::MultiplexedConnection {

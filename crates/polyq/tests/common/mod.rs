@@ -59,29 +59,3 @@ pub fn failure_stderr(output: Output, args: &[&str]) -> String {
 pub fn failure(args: &[&str]) -> String {
     failure_stderr(polyq(args), args)
 }
-
-/// Removes a queue and its dead-letter queue on RabbitMQ, or every key naming it on Redis.
-pub async fn remove(url: &str, queue: &str) {
-    if url.starts_with("redis") {
-        let client = redis::Client::open(url).unwrap();
-        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("*{queue}*"))
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        if !keys.is_empty() {
-            redis::cmd("DEL")
-                .arg(&keys)
-                .query_async::<()>(&mut connection)
-                .await
-                .unwrap();
-        }
-    } else {
-        let client = polyq_amqp::Client::connect(url).await.unwrap();
-        for name in [queue.to_owned(), format!("{queue}.dlq")] {
-            client.delete_queue(&name).await.ok();
-        }
-        client.close().await.ok();
-    }
-}
