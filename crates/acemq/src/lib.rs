@@ -61,8 +61,8 @@
 //! [`AceMq::client`]) publishes with confirms, delivers, settles and declares, over lapin for
 //! `amqp://`/`amqps://` and in-process for `memory://`; the runtime above it is one code path.
 //!
-//! - [`AceMq`] and [`AceMqBuilder`] (`connection.rs`): connecting, the client name, the confirm window,
-//!   recovery, TLS, interceptors.
+//! - [`AceMq`] and [`AceMqBuilder`] (`connection.rs`): connecting, the client name, the confirm
+//!   window, recovery, TLS, interceptors.
 //! - [`publisher`]: [`Publisher`], confirms, `mandatory`, provenance and trace context stamped.
 //! - [`consumer`]: [`Consumer`], dispatch, the handler's [`Outcome`], pause, resume and drain
 //!   (on a [`Shutdown`] signal too, shared with the BabelQueue worker through `polyq-runtime`).

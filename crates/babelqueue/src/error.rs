@@ -191,8 +191,9 @@ impl Error {
     /// Whether trying again later may succeed: the broker or the Redis server could not be
     /// reached or the connection broke ([`polyq_amqp::Error::is_transient`],
     /// [`RedisErrorKind::Connection`]), the broker did not take a published message (a
-    /// negative confirm, or no queue yet to route to), or an idempotency store failed. A poison body, a refused envelope, a schema violation or a bad
-    /// option fail the same way again. A stopped redrive is transient when what stopped it is.
+    /// negative confirm, or no queue yet to route to), or an idempotency store failed. A poison
+    /// body, a refused envelope, a schema violation or a bad option fail the same way again. A
+    /// stopped redrive is transient when what stopped it is.
     ///
     /// ```
     /// use babelqueue::Error;

@@ -2,9 +2,9 @@
 //! came from, reset for another round of attempts.
 //!
 //! A redrive reads the dead-letter queue's depth first and takes that many messages (at most
-//! [`RedriveOptions::limit`]) off its head, in windows of at most [`RedriveOptions::window`] messages (and never more
-//! than the binding hands out before some are settled: a prefetch window,
-//! [`Transport::reservation_limit`]). Each message of a window is either
+//! [`RedriveOptions::limit`]) off its head, in windows of at most [`RedriveOptions::window`]
+//! messages (and never more than the binding hands out before some are settled: a prefetch
+//! window, [`Transport::reservation_limit`]). Each message of a window is either
 //! - **restored**, byte-identical with its headers, to the **end** of the dead-letter queue
 //!   ([`Transport::move_to_end`]): undecodable records (poison), messages the filter turns
 //!   down, messages with no queue to go to, everything on a dry run; or

@@ -13,8 +13,8 @@
 //!
 //! A read that was promised more messages than come (another consumer took some, or they
 //! expired) stops when two pauses pass without a delivery and without the queue handing out a
-//! message; it never waits for messages that will not come. A queue that holds messages back from the
-//! consumer (another consumer is its single active one) is read on with `basic.get`.
+//! message; it never waits for messages that will not come. A queue that holds messages back
+//! from the consumer (another consumer is its single active one) is read on with `basic.get`.
 //!
 //! Closing the connection returns a consumer's unacknowledged messages in their order: a
 //! classic queue (RabbitMQ and the embedded broker) puts each back at its original position, a

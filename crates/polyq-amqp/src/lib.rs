@@ -29,15 +29,16 @@
 //!
 //! # Map of the crate
 //!
-//! | module | what it holds |
-//! |---|---|
-//! | `client` | [`Client`], [`ClientOptions`], [`ConsumeOptions`], [`Confirm`], [`Acker`], [`Consumer`] |
-//! | `amqp` | RabbitMQ: session, recovery supervisor, confirm ledger, conversion to lapin types |
-//! | `memory` | the embedded broker: routing, queues, expiry and dead-lettering, limits |
-//! | `management` | RabbitMQ's management HTTP API: [`management::Management`] (feature `management`) |
-//! | [`message_json`] | the one JSON shape of a message on the `polyq` command line |
-//! | `topology`, `properties`, `value` | [`QueueSpec`], [`ExchangeSpec`], [`Binding`], [`Properties`], [`FieldValue`] |
-//! | `error` | [`Error`], with predicates a caller decides with |
+//! - `client`: [`Client`], [`ClientOptions`], [`ConsumeOptions`], [`Confirm`], [`Acker`],
+//!   [`Consumer`].
+//! - `amqp`: RabbitMQ: session, recovery supervisor, confirm ledger, conversion to lapin types.
+//! - `memory`: the embedded broker: routing, queues, expiry and dead-lettering, limits.
+//! - `management`: RabbitMQ's management HTTP API: [`management::Management`] (feature
+//!   `management`).
+//! - [`message_json`]: the one JSON shape of a message on the `polyq` command line.
+//! - `topology`, `properties`, `value`: [`QueueSpec`], [`ExchangeSpec`], [`Binding`],
+//!   [`Properties`], [`FieldValue`].
+//! - `error`: [`Error`], with predicates a caller decides with.
 //!
 //! A longer example on the embedded broker, a retry rung and a dead-letter queue:
 //! `cargo run -p polyq-amqp --example embedded_broker`. How the two families use this crate:

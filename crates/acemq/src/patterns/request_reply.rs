@@ -330,9 +330,10 @@ impl Responder {
     }
 }
 
-/// Starts answering the requests `consumer` (made from `mq`) receives with `handler`'s result, as JSON. The
-/// consumer's options (prefetch, concurrency, ...) are the responder's; its retry policy only
-/// applies to replies that could not be published (a handler failure is never retried).
+/// Starts answering the requests `consumer` (made from `mq`) receives with `handler`'s result,
+/// as JSON. The consumer's options (prefetch, concurrency, ...) are the responder's; its retry
+/// policy only applies to replies that could not be published (a handler failure is never
+/// retried).
 ///
 /// The reply address is read from the `acemq-reply-to` header, then from the AMQP `reply-to`
 /// property.

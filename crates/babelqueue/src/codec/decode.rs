@@ -167,8 +167,8 @@ fn extras(
 /// re-emitted; every other unknown key is kept. Warnings are also passed to the hook installed
 /// with [`set_warning_hook`] and logged through `tracing`.
 ///
-/// An object without identity decodes (its [`Envelope::urn`] is `None`); use [`classify`](crate::classify) for
-/// the full consumer verdict.
+/// An object without identity decodes (its [`Envelope::urn`] is `None`); use
+/// [`classify`](crate::classify) for the full consumer verdict.
 ///
 /// # Errors
 /// The [`PoisonCause`] when the body does not decode into an envelope.

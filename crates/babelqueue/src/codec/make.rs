@@ -56,7 +56,8 @@ impl MakeOptions {
     /// shape: `meta.ext.<vendor>`. A core key, a forbidden key or a key given twice makes
     /// [`make`] fail.
     pub fn meta(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
-        // `Value`'s display is its compact JSON text, and a `Value` cannot hold a non-finite number.
+        // `Value`'s display is its compact JSON text, and a `Value` cannot hold a non-finite
+        // number.
         self.meta
             .push((key.into(), RawJson::trusted(value.to_string())));
         self

@@ -135,7 +135,8 @@ impl RedisStore {
     /// SDK's, so Go and Rust consumers of one queue share the store.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for an empty prefix (it would mix message ids with every other key).
+    /// [`Error::InvalidOption`] for an empty prefix (it would mix message ids with every other
+    /// key).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Result<Self> {
         self.keys.set_prefix(prefix.into())?;
         Ok(self)

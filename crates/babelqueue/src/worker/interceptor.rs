@@ -76,8 +76,8 @@ pub enum AfterFailure {
     Retried,
     /// Attempts exhausted: written to the dead-letter queue with the `dead_letter` block.
     DeadLettered,
-    /// Attempts exhausted with dead-lettering off ([`Worker::dead_letter`](super::Worker::dead_letter)):
-    /// acknowledged and dropped.
+    /// Attempts exhausted with dead-lettering off
+    /// ([`Worker::dead_letter`](super::Worker::dead_letter)): acknowledged and dropped.
     Dropped,
     /// Settling failed (the retry publish or the dead-letter write); the message went back to
     /// the broker, which delivers it again.

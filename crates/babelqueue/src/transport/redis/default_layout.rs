@@ -22,8 +22,11 @@ use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_
 /// |---|---|---|
 /// | `<queue>` | list | ready jobs; [`publish`](Transport::publish) is `RPUSH` |
 /// | `<queue>:processing` | list | reservations, moved there atomically from the head (FIFO) |
-/// | `<queue>:processing:deadlines` | sorted set | `<32 hex token>:<stored value>` scored `floor(now) + deadline` |
+/// | `<queue>:processing:deadlines` | sorted set | `<token>:<stored value>` scored its deadline |
 /// | `<queue>.dlq` | list | the dead-letter queue |
+///
+/// A deadline member's token is 32 hex digits, one per reservation, and its score the reserve's
+/// `floor(now) + deadline`, in epoch seconds.
 ///
 /// Before every reserve a sweep returns lapsed reservations to the end of their queue, bytes and
 /// `attempts` unchanged, so a worker killed mid-job loses nothing; a settle acts only while its

@@ -19,9 +19,11 @@ use crate::transport::{Capabilities, Reserved, Transport, move_each_to_end};
 /// |---|---|---|
 /// | `queues:<queue>` | list | ready jobs |
 /// | `queues:<queue>:notify` | list | one wake-up token per job made ready |
-/// | `queues:<queue>:reserved` | sorted set | reserved copies scored reserved-until (epoch seconds) |
+/// | `queues:<queue>:reserved` | sorted set | reserved copies scored reserved-until |
 /// | `queues:<queue>:delayed` | sorted set | released and delayed jobs scored available-at |
 /// | `queues:<queue>.dlq` | list | the dead-letter queue (a Laravel queue of its own) |
+///
+/// Scores are epoch seconds.
 ///
 /// A pop first migrates due `:delayed` members and lapsed `:reserved` members back to the queue,
 /// then reserves the head as Laravel does: the reserved member is the job re-encoded by the

@@ -3,10 +3,11 @@
 //!
 //! Both phases alternate between the sides slice by slice in ABBA order, each slice on a
 //! connection of its own, as `polyq bench amqp` does and for the same reasons. Both have a third
-//! side, raw lapin queuing its writes as polyq-amqp does, reported beside the ratio. The publish phase
-//! is confirmed publishing with a window of confirms outstanding; the end-to-end phase publishes
-//! the same way while a consumer with the prefetch applied takes and acknowledges every message
-//! (acemq: a no-op handler). A side's figure is the median of its slice rates.
+//! side, raw lapin queuing its writes as polyq-amqp does, reported beside the ratio. The
+//! publish phase is confirmed publishing with a window of confirms outstanding; the end-to-end
+//! phase publishes the same way while a consumer with the prefetch applied takes and
+//! acknowledges every message (acemq: a no-op handler). A side's figure is the median of its
+//! slice rates.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
