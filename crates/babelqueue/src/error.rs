@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+#[cfg(feature = "redis")]
+use crate::transport::redis::RedisErrorKind;
+
 /// Why a body could not be decoded into an envelope: a *poison* body, never handed to a handler
 /// and never treated as an unknown URN (it goes to the dead-letter queue as a poison record).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -156,7 +159,9 @@ pub enum Error {
         /// What stopped it.
         source: Box<Error>,
     },
-    /// A Redis operation failed, or a settle found its reservation no longer held.
+    /// A Redis operation failed, or a settle found its reservation no longer held (feature
+    /// `redis`).
+    #[cfg(feature = "redis")]
     #[error("Redis at {url}: {operation}: {message}")]
     Redis {
         /// The server, credentials hidden.
@@ -210,6 +215,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Amqp(error) => error.is_transient(),
+            #[cfg(feature = "redis")]
             Error::Redis { kind, .. } => *kind == RedisErrorKind::Connection,
             Error::NotPublished { .. } | Error::Store(_) | Error::StoreFailed { .. } => true,
             Error::Redrive { source, .. } => source.is_transient(),
@@ -221,6 +227,7 @@ impl Error {
     pub fn is_connection(&self) -> bool {
         match self {
             Error::Amqp(error) => error.is_connection(),
+            #[cfg(feature = "redis")]
             Error::Redis { kind, .. } => *kind == RedisErrorKind::Connection,
             Error::Redrive { source, .. } => source.is_connection(),
             _ => false,
@@ -232,40 +239,12 @@ impl Error {
     pub fn may_have_been_published(&self) -> bool {
         match self {
             Error::Amqp(error) => error.may_have_been_published(),
+            #[cfg(feature = "redis")]
             Error::Redis { kind, .. } => *kind == RedisErrorKind::Unreplicated,
             Error::Redrive { source, .. } => source.may_have_been_published(),
             _ => false,
         }
     }
-}
-
-/// What kind of failure an [`Error::Redis`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RedisErrorKind {
-    /// The server could not be reached, or the connection broke or timed out; retrying later may
-    /// succeed. A settle that failed this way may or may not have happened; either way nothing is
-    /// lost, as a reservation left unsettled comes back after its deadline.
-    Connection,
-    /// The server refused or failed the command (authentication, a wrong key type, a script
-    /// error); retrying unchanged will not help.
-    Command,
-    /// A settle found its reservation no longer held: its deadline lapsed and it went back to the
-    /// queue, or it was already settled. Nothing was written.
-    ReservationLost,
-    /// A body that is not UTF-8 was given with out-of-band headers, which only a JSON header
-    /// frame can carry.
-    Unframeable,
-    /// On a Redis Cluster, the keys one step would touch are in different hash slots (a queue
-    /// named without a hash tag, or a retry or dead-letter queue with another tag). Nothing was
-    /// sent; the message says how to name the queue.
-    CrossSlot,
-    /// Fewer replicas than asked for ([`RedisOptions::wait_for_replicas`]) acknowledged a push
-    /// or settle in time. The write is done on the master and not undone, but may be lost if
-    /// the master fails before a replica has it; publishing again may duplicate the message.
-    ///
-    /// [`RedisOptions::wait_for_replicas`]: crate::transport::redis::RedisOptions::wait_for_replicas
-    Unreplicated,
 }
 
 /// `Result` with the crate's [`Error`].
@@ -275,6 +254,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 mod tests {
     use super::*;
 
+    fn unavailable() -> Error {
+        Error::Amqp(polyq_amqp::Error::Unavailable {
+            url: "amqp://broker".to_owned(),
+            operation: "publish".to_owned(),
+            waited_ms: 30_000,
+        })
+    }
+
+    #[cfg(feature = "redis")]
     fn redis(kind: RedisErrorKind) -> Error {
         Error::Redis {
             url: "redis://127.0.0.1:6379/0".to_owned(),
@@ -287,11 +275,7 @@ mod tests {
 
     #[test]
     fn broker_errors_delegate_to_the_transport() {
-        let lost = Error::Amqp(polyq_amqp::Error::Unavailable {
-            url: "amqp://broker".to_owned(),
-            operation: "publish".to_owned(),
-            waited_ms: 30_000,
-        });
+        let lost = unavailable();
         assert!(lost.is_transient() && lost.is_connection() && !lost.may_have_been_published());
         let unconfirmed = Error::Amqp(polyq_amqp::Error::Unconfirmed {
             exchange: String::new(),
@@ -306,6 +290,7 @@ mod tests {
         assert!(!refused.is_transient() && !refused.is_connection());
     }
 
+    #[cfg(feature = "redis")]
     #[test]
     fn a_lost_redis_connection_is_transient_and_a_refused_command_is_not() {
         let lost = redis(RedisErrorKind::Connection);
@@ -363,7 +348,7 @@ mod tests {
         let error = Error::Redrive {
             dlq: "jobs.dlq".to_owned(),
             report: Box::default(),
-            source: Box::new(redis(RedisErrorKind::Connection)),
+            source: Box::new(unavailable()),
         };
         assert!(error.is_transient() && error.is_connection());
     }

@@ -84,8 +84,9 @@
 //!
 //! - `amqp` (default): the RabbitMQ transport (`amqp://`, `amqps://`) through `polyq-amqp`.
 //!   `memory://` is always available.
-//! - `redis` (default): the Redis transport (`redis://`, `rediss://`), both layouts, and the
-//!   conformance runner's `redis` section.
+//! - `redis` (default): the Redis transport (`redis://`, `rediss://`), both layouts, its error
+//!   (`Error::Redis`, whose kind is `transport::redis::RedisErrorKind`), and the conformance
+//!   runner's `redis` section.
 //! - `postgres`: the transactional outbox of ADR-0029 on PostgreSQL through `sqlx` (module
 //!   `outbox`: `Outbox::write` in the caller's transaction, `PgOutboxStore`; without it the
 //!   module has the in-memory `MemoryOutboxStore` and the `OutboxRelay`).

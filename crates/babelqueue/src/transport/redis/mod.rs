@@ -35,9 +35,46 @@ use tokio::runtime::Handle;
 
 use crate::transport::{TlsOptions, Transport, move_each_to_end};
 
-pub use crate::error::RedisErrorKind;
 pub use default_layout::{RedisReceipt, RedisTransport};
 pub use laravel::{LaravelReceipt, LaravelTransport};
+
+/// What kind of failure an [`Error::Redis`](crate::Error::Redis) is.
+///
+/// ```
+/// use babelqueue::Error;
+/// use babelqueue::transport::redis::RedisErrorKind;
+///
+/// /// A settle that came too late: the reservation went back to the queue, nothing was written.
+/// fn settled_too_late(error: &Error) -> bool {
+///     matches!(error, Error::Redis { kind: RedisErrorKind::ReservationLost, .. })
+/// }
+/// # assert!(!settled_too_late(&Error::BlankUrn(String::new())));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisErrorKind {
+    /// The server could not be reached, or the connection broke or timed out; retrying later may
+    /// succeed. A settle that failed this way may or may not have happened; either way nothing is
+    /// lost, as a reservation left unsettled comes back after its deadline.
+    Connection,
+    /// The server refused or failed the command (authentication, a wrong key type, a script
+    /// error); retrying unchanged will not help.
+    Command,
+    /// A settle found its reservation no longer held: its deadline lapsed and it went back to the
+    /// queue, or it was already settled. Nothing was written.
+    ReservationLost,
+    /// A body that is not UTF-8 was given with out-of-band headers, which only a JSON header
+    /// frame can carry.
+    Unframeable,
+    /// On a Redis Cluster, the keys one step would touch are in different hash slots (a queue
+    /// named without a hash tag, or a retry or dead-letter queue with another tag). Nothing was
+    /// sent; the message says how to name the queue.
+    CrossSlot,
+    /// Fewer replicas than asked for ([`RedisOptions::wait_for_replicas`]) acknowledged a push
+    /// or settle in time. The write is done on the master and not undone, but may be lost if
+    /// the master fails before a replica has it; publishing again may duplicate the message.
+    Unreplicated,
+}
 
 /// The schemes of the URLs a Redis transport connects to.
 pub const URL_SCHEMES: [&str; 4] = ["redis", "rediss", "redis+sentinel", "redis+cluster"];
