@@ -54,6 +54,8 @@
 //! - `amqp` (default): `amqp://` and `amqps://` over lapin. Without it, only `memory://`.
 //! - `management`: [`management`], RabbitMQ's management HTTP API (which queues a vhost has,
 //!   with depths, consumers, rates and arguments), over reqwest with rustls.
+//! - `arbitrary`: [`FieldValue`] (and so [`FieldTable`]) implements `arbitrary::Arbitrary`, so a
+//!   fuzz target can build header tables from its input.
 //!
 //! # Logging
 //!

@@ -18,6 +18,7 @@ pub type FieldTable = BTreeMap<String, FieldValue>;
 /// assert_eq!(FieldValue::from("order.placed").as_str(), Some("order.placed"));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum FieldValue {
     /// `t`: boolean.
     Bool(bool),
