@@ -17,7 +17,12 @@
 //! use serde_json::json;
 //!
 //! let now = wire::from_epoch_millis(1_767_323_045_678).unwrap();
-//! let fields = json!({"id": "m-1", "routing_key": "orders.new", "attempt": 2, "payload": {"id": "o-1"}});
+//! let fields = json!({
+//!     "id": "m-1",
+//!     "routing_key": "orders.new",
+//!     "attempt": 2,
+//!     "payload": {"id": "o-1"}
+//! });
 //! let message = encode(&fields, "checkout@app-7", now)?;
 //! assert_eq!(message.properties.message_id.as_deref(), Some("m-1"));
 //!

@@ -70,7 +70,8 @@ pub struct Summary {
 ///
 /// ```
 /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/babelqueue/conformance");
-/// let summary = babelqueue::conformance::run(dir.as_ref(), &Default::default(), &mut |_| {}).unwrap();
+/// let summary =
+///     babelqueue::conformance::run(dir.as_ref(), &Default::default(), &mut |_| {}).unwrap();
 /// assert!(summary.passed > 0);
 /// ```
 pub fn run(dir: &Path, options: &Options, report: &mut dyn FnMut(&CaseResult)) -> Result<Summary> {

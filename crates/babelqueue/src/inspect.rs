@@ -10,7 +10,8 @@
 //! ```
 //! use babelqueue::inspect::Inspection;
 //!
-//! let seen = Inspection::of_body(br#"{"job":"urn:babel:orders:created","data":{},"attempts":1}"#, []);
+//! let body = br#"{"job":"urn:babel:orders:created","data":{},"attempts":1}"#;
+//! let seen = Inspection::of_body(body, []);
 //! assert_eq!(seen.urn(), Some("urn:babel:orders:created"));
 //! assert!(!seen.accepts()); // no meta: a consumer rejects it
 //! let printed = serde_json::to_value(&seen)?;

@@ -35,7 +35,10 @@
 //! use std::time::Duration;
 //! use babelqueue::redrive::RedriveOptions;
 //!
-//! let queue = babelqueue::BabelQueue::builder("memory://doc-redrive").queue("orders").connect().await?;
+//! let queue = babelqueue::BabelQueue::builder("memory://doc-redrive")
+//!     .queue("orders")
+//!     .connect()
+//!     .await?;
 //! queue.publish("urn:babel:orders:created", &serde_json::json!({})).await?;
 //! // No handler: the default strategy fails the message until it is dead-lettered.
 //! let report = queue.worker().max_attempts(1).consume(1, Duration::from_secs(1)).await?;

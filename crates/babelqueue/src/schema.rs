@@ -38,7 +38,10 @@ impl fmt::Display for Violation {
 /// ```
 /// use serde_json::json;
 ///
-/// let schema = json!({"type": "object", "properties": {"name": {"type": "string", "minLength": 3}}});
+/// let schema = json!({
+///     "type": "object",
+///     "properties": {"name": {"type": "string", "minLength": 3}}
+/// });
 /// assert!(babelqueue::schema::validate_value(&schema, &json!({"name": "ğüş"})).is_none());
 /// let violation = babelqueue::schema::validate_value(&schema, &json!({"name": "😀a"})).unwrap();
 /// assert_eq!(violation.to_string(), "/name: below_min_length");
@@ -294,7 +297,10 @@ impl SchemaProvider for RegistryProvider {
 /// use babelqueue::schema::{MapProvider, validate};
 /// use serde_json::json;
 ///
-/// let provider = MapProvider::new().with("urn:babel:orders:created", json!({"required": ["order_id"], "type": "object"}));
+/// let provider = MapProvider::new().with(
+///     "urn:babel:orders:created",
+///     json!({"required": ["order_id"], "type": "object"}),
+/// );
 /// assert!(validate(&provider, "urn:babel:orders:created", &json!({"order_id": 1})).is_ok());
 /// assert!(validate(&provider, "urn:babel:orders:created", &json!({})).is_err());
 /// assert!(validate(&provider, "urn:babel:other:thing", &json!({})).is_ok());

@@ -43,11 +43,15 @@
 //! let client = Client::connect("memory://doc-browse").await?;
 //! client.declare_queue(&QueueSpec::new("jobs.dlq")).await?;
 //! for body in ["a", "b", "c"] {
-//!     let _ = client.publish(OutgoingMessage::new("", "jobs.dlq", Properties::default(), body)).await?.await?;
+//!     let message = OutgoingMessage::new("", "jobs.dlq", Properties::default(), body);
+//!     let _ = client.publish(message).await?.await?;
 //! }
 //! let seen = browse("memory://doc-browse", ClientOptions::default(), "jobs.dlq", None).await?;
 //! assert_eq!(seen.len(), 3);
-//! let swept = sweep("memory://doc-browse", ClientOptions::default(), "jobs.dlq", None, |m| &m.body[..] == b"b").await?;
+//! let swept = sweep("memory://doc-browse", ClientOptions::default(), "jobs.dlq", None, |m| {
+//!     &m.body[..] == b"b"
+//! })
+//! .await?;
 //! assert_eq!(swept.iter().filter(|m| m.taken).count(), 1);
 //! let left = browse("memory://doc-browse", ClientOptions::default(), "jobs.dlq", None).await?;
 //! let bodies: Vec<&[u8]> = left.iter().map(|m| &m.message.body[..]).collect();

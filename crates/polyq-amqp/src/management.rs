@@ -12,7 +12,10 @@
 //! ```
 //! use polyq_amqp::management::{Management, ManagementOptions};
 //!
-//! let api = Management::new("amqp://app:secret@rabbit.internal:5672/orders", ManagementOptions::new())?;
+//! let api = Management::new(
+//!     "amqp://app:secret@rabbit.internal:5672/orders",
+//!     ManagementOptions::new(),
+//! )?;
 //! assert_eq!(api.url(), "http://rabbit.internal:15672/api/");
 //! assert_eq!(api.vhost(), "orders");
 //! assert!(!format!("{api:?}").contains("secret"));

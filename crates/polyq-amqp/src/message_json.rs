@@ -300,7 +300,10 @@ pub fn headers_from_json(value: &Value) -> Result<FieldTable> {
 ///
 /// assert_eq!(field_value_to_json(&FieldValue::I64(7)), json!(7));
 /// assert_eq!(field_value_to_json(&FieldValue::I32(7)), json!({"type": "I", "value": 7}));
-/// assert_eq!(field_value_to_json(&FieldValue::ByteArray(vec![1])), json!({"type": "x", "value": "AQ=="}));
+/// assert_eq!(
+///     field_value_to_json(&FieldValue::ByteArray(vec![1])),
+///     json!({"type": "x", "value": "AQ=="})
+/// );
 /// assert_eq!(field_value_from_json(&json!({"type": "b", "value": 1}))?, FieldValue::I8(1));
 /// assert!(field_value_from_json(&json!({"type": "b", "value": 300})).is_err());
 /// # Ok::<(), polyq_amqp::Error>(())

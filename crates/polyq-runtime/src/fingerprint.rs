@@ -104,9 +104,16 @@ pub struct Group<S> {
 /// use polyq_runtime::{Fingerprint, group};
 ///
 /// let failures = [("KeyError: 1", 30), ("OSError: disk 2 full", 10), ("KeyError: 7", 20)];
-/// let groups = group(failures.iter().map(|(error, at)| (Fingerprint::of(None, error), Some(*at), *error)));
+/// let groups = group(
+///     failures
+///         .iter()
+///         .map(|(error, at)| (Fingerprint::of(None, error), Some(*at), *error)),
+/// );
 /// assert_eq!(groups[0].fingerprint.to_string(), "KeyError: <n>");
-/// assert_eq!((groups[0].count, groups[0].first_seen, groups[0].last_seen), (2, Some(20), Some(30)));
+/// assert_eq!(
+///     (groups[0].count, groups[0].first_seen, groups[0].last_seen),
+///     (2, Some(20), Some(30))
+/// );
 /// assert_eq!(groups[0].sample, "KeyError: 1");
 /// assert_eq!(groups[1].count, 1);
 /// ```

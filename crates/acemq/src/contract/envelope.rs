@@ -193,7 +193,8 @@ impl Envelope {
     /// assert_eq!(replayed.replayed_from(), Some("orders.new.dlq"));
     /// assert_eq!(replayed.error(), failed.error());
     /// assert_eq!(replayed.first_seen(), failed.first_seen());
-    /// assert_eq!(replayed.for_replay("orders.new.dlq", datetime!(2026-02-04 00:00 UTC)).replay_count(), 2);
+    /// let again = replayed.for_replay("orders.new.dlq", datetime!(2026-02-04 00:00 UTC));
+    /// assert_eq!(again.replay_count(), 2);
     /// # Ok::<(), acemq::Error>(())
     /// ```
     pub fn for_replay(&self, from_queue: &str, at: OffsetDateTime) -> Envelope {

@@ -32,7 +32,10 @@ pub const MIN_CONSUMER_WAIT: Duration = Duration::from_millis(1);
 /// use acemq::retry::{RetryDecision, RetryPolicy, WaitPlace};
 ///
 /// let policy: RetryPolicy = "exponential(6, 10s, 1m)".parse()?;
-/// assert_eq!(policy.schedule(), [10_000, 20_000, 40_000, 60_000, 60_000].map(Duration::from_millis));
+/// assert_eq!(
+///     policy.schedule(),
+///     [10_000, 20_000, 40_000, 60_000, 60_000].map(Duration::from_millis)
+/// );
 /// assert_eq!(policy.broker_rungs(), [40_000, 60_000].map(Duration::from_millis));
 ///
 /// let mut rng = rand::rng();

@@ -22,10 +22,10 @@
 //!
 //! let mq = AceMq::connect("memory://doc-request-reply").await?;
 //! mq.client().declare_queue(&QueueSpec::new("math.double")).await?;
-//! let responder = respond(&mq, mq.consumer::<u32>("math.double"), |m: acemq::Message<u32>| async move {
+//! let double = |m: acemq::Message<u32>| async move {
 //!     Ok::<_, std::convert::Infallible>(m.payload() * 2)
-//! })
-//! .await?;
+//! };
+//! let responder = respond(&mq, mq.consumer::<u32>("math.double"), double).await?;
 //!
 //! let requester = Requester::start(&mq).await?;
 //! let doubled: u32 = requester.request("", "math.double", &21).await?;

@@ -21,7 +21,8 @@ use crate::error::{Error, Result};
 ///     .queue("orders")
 ///     .trace_id("7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b")
 ///     .meta("ext", json!({"acme": {"tier": "gold"}}));
-/// let envelope = babelqueue::make("urn:babel:orders:created", &json!({"order_id": 1}), options).unwrap();
+/// let envelope =
+///     babelqueue::make("urn:babel:orders:created", &json!({"order_id": 1}), options).unwrap();
 /// assert_eq!(envelope.meta().unwrap().extras()[0].1.as_str(), r#"{"acme":{"tier":"gold"}}"#);
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -70,7 +71,9 @@ impl MakeOptions {
     /// [`Error::InvalidMeta`] when `text` is not one strict JSON object.
     ///
     /// ```
-    /// let options = babelqueue::MakeOptions::new().meta_json(r#"{"z": 1.50, "a": {"b": 2}}"#).unwrap();
+    /// let options = babelqueue::MakeOptions::new()
+    ///     .meta_json(r#"{"z": 1.50, "a": {"b": 2}}"#)
+    ///     .unwrap();
     /// let envelope = babelqueue::make("urn:babel:a:b", &(), options).unwrap();
     /// assert!(envelope.encode().unwrap().contains(r#""z":1.50,"a":{"b":2}}"#));
     /// ```
@@ -145,7 +148,8 @@ pub trait Message {
 /// ```
 /// use serde_json::json;
 ///
-/// let envelope = babelqueue::make(" urn:babel:orders:created\n", &json!({}), Default::default()).unwrap();
+/// let envelope =
+///     babelqueue::make(" urn:babel:orders:created\n", &json!({}), Default::default()).unwrap();
 /// assert_eq!(envelope.urn(), Some("urn:babel:orders:created"));
 /// assert_eq!(envelope.meta().unwrap().lang(), Some("rust"));
 /// assert!(envelope.encode().unwrap().contains(r#""data":{}"#));

@@ -102,7 +102,10 @@ pub enum Verdict {
 /// use babelqueue::{PoisonCause, Verdict};
 ///
 /// assert!(matches!(babelqueue::classify(b"[1]"), Verdict::Poison(PoisonCause::NotAnObject)));
-/// assert!(matches!(babelqueue::classify(br#"{"job":" "}"#), Verdict::Poison(PoisonCause::NoIdentity)));
+/// assert!(matches!(
+///     babelqueue::classify(br#"{"job":" "}"#),
+///     Verdict::Poison(PoisonCause::NoIdentity)
+/// ));
 /// ```
 pub fn classify(body: &[u8]) -> Verdict {
     match decode(body) {

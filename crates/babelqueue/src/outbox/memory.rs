@@ -26,7 +26,11 @@ use crate::outbox::{Failure, OutboxError, OutboxRecord, OutboxStore, encoded};
 ///
 /// let store = MemoryOutboxStore::new();
 /// let mut tx = store.begin();
-/// let job = make("urn:babel:orders:created", &serde_json::json!({"id": 7}), MakeOptions::default().queue("orders"))?;
+/// let job = make(
+///     "urn:babel:orders:created",
+///     &serde_json::json!({"id": 7}),
+///     MakeOptions::default().queue("orders"),
+/// )?;
 /// tx.write(&job)?;
 /// tx.commit();
 ///

@@ -15,7 +15,8 @@ use crate::codec::envelope::Envelope;
 /// ```
 /// use polyq_amqp::FieldValue;
 ///
-/// let envelope = babelqueue::make("urn:babel:a:b", &serde_json::json!({}), Default::default()).unwrap();
+/// let envelope =
+///     babelqueue::make("urn:babel:a:b", &serde_json::json!({}), Default::default()).unwrap();
 /// let props = babelqueue::projection::rabbitmq_properties(&envelope, &[("traceparent", "00-x")]);
 /// assert_eq!(props.kind.as_deref(), Some("urn:babel:a:b"));
 /// assert_eq!(props.headers["x-schema-version"], FieldValue::I32(1));

@@ -17,7 +17,10 @@ pub const FRAME_KEY: &str = "__bq_frame";
 ///
 /// assert_eq!(frame("{}", &[("traceparent", "")]), "{}");
 /// let stored = frame(r#"{"job":"u"}"#, &[("traceparent", "00-a")]);
-/// assert_eq!(stored, r#"{"__bq_frame":1,"headers":{"traceparent":"00-a"},"body":"{\"job\":\"u\"}"}"#);
+/// assert_eq!(
+///     stored,
+///     r#"{"__bq_frame":1,"headers":{"traceparent":"00-a"},"body":"{\"job\":\"u\"}"}"#
+/// );
 /// let (body, headers) = unframe(&stored);
 /// assert_eq!(body, r#"{"job":"u"}"#);
 /// assert_eq!(headers, vec![("traceparent".to_owned(), "00-a".to_owned())]);

@@ -10,7 +10,8 @@ use std::time::Duration;
 /// use std::time::Duration;
 /// use babelqueue::worker::Backoff;
 ///
-/// let backoff = Backoff::exponential(Duration::from_millis(100), 2.0).max(Duration::from_millis(300));
+/// let backoff =
+///     Backoff::exponential(Duration::from_millis(100), 2.0).max(Duration::from_millis(300));
 /// assert_eq!(backoff.delay(1), Duration::from_millis(100));
 /// assert_eq!(backoff.delay(2), Duration::from_millis(200));
 /// assert_eq!(backoff.delay(3), Duration::from_millis(300));

@@ -272,7 +272,11 @@ impl<T: Transport> Worker<T> {
     /// use babelqueue::idempotency::{Idempotency, InMemoryStore};
     ///
     /// let queue = BabelQueue::builder("memory://doc-idempotent").queue("orders").connect().await?;
-    /// let order = babelqueue::make("urn:babel:orders:created", &serde_json::json!({}), MakeOptions::default())?;
+    /// let order = babelqueue::make(
+    ///     "urn:babel:orders:created",
+    ///     &serde_json::json!({}),
+    ///     MakeOptions::default(),
+    /// )?;
     /// queue.publish_envelope(&order, &[]).await?;
     /// queue.publish_envelope(&order, &[]).await?; // the same meta.id again
     ///
