@@ -3,6 +3,7 @@
 
 mod common;
 use common::{polyq, success_lines};
+use polyq_testkit::brokers::DeleteRedisKeys;
 
 /// Every publish to a target that is a Redis string fails (WRONGTYPE): each job is restored,
 /// reported as failed, and the command fails with the cause after printing the report.
@@ -12,6 +13,7 @@ async fn a_stopped_redrive_prints_its_report_and_fails() {
     let queue = polyq_testkit::unique_name("polyq.cli.redrive-stopped");
     let dlq = format!("{queue}.dlq");
     let target = format!("{queue}.string");
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
     redis::cmd("SET")
@@ -67,10 +69,4 @@ async fn a_stopped_redrive_prints_its_report_and_fails() {
         .await
         .unwrap();
     assert_eq!(depth, 3, "every job restored");
-    redis::cmd("DEL")
-        .arg(&dlq)
-        .arg(&target)
-        .query_async::<()>(&mut connection)
-        .await
-        .unwrap();
 }

@@ -5,6 +5,7 @@
 mod console_support;
 
 use console_support::{Console, HOSTILE, LIMIT, Rabbit, TOKEN};
+use polyq_testkit::brokers::DeleteRedisKeys;
 use reqwest::StatusCode;
 
 fn http() -> reqwest::Client {
@@ -354,6 +355,7 @@ async fn reading_a_redis_queue_for_display_loses_and_reorders_nothing() {
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name("polyq-console-order");
     let dlq = format!("{queue}.dlq");
+    let _keys = DeleteRedisKeys::new(&url, [&dlq]);
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
     let mut expected = Vec::with_capacity(MANY);
@@ -393,11 +395,6 @@ async fn reading_a_redis_queue_for_display_loses_and_reorders_nothing() {
         .arg(0)
         .arg(-1)
         .query_async(&mut connection)
-        .await
-        .unwrap();
-    redis::cmd("DEL")
-        .arg(&dlq)
-        .query_async::<()>(&mut connection)
         .await
         .unwrap();
     assert_eq!(stored, jobs, "the list is as it was, byte for byte");

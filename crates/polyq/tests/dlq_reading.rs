@@ -8,6 +8,7 @@ use serde_json::Value;
 
 mod common;
 use common::{polyq, success_lines};
+use polyq_testkit::brokers::DeleteRedisKeys;
 
 const MESSAGES: usize = 3_000;
 
@@ -101,6 +102,7 @@ async fn reading_a_rabbitmq_dead_letter_queue_for_display_loses_and_reorders_not
 async fn reading_a_redis_dead_letter_queue_for_display_loses_and_reorders_nothing() {
     let url = polyq_testkit::redis_url();
     let queue = polyq_testkit::unique_name("polyq-dlq-reading") + ".dlq";
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     let redis = redis::Client::open(url.as_str()).unwrap();
     let mut raw = redis.get_multiplexed_async_connection().await.unwrap();
     let expected: Vec<String> = (0..MESSAGES).map(|n| format!("j-{n}")).collect();
@@ -135,9 +137,4 @@ async fn reading_a_redis_dead_letter_queue_for_display_loses_and_reorders_nothin
         stored().await == before,
         "the list is byte for byte as it was"
     );
-    redis::cmd("DEL")
-        .arg(&queue)
-        .query_async::<()>(&mut raw)
-        .await
-        .unwrap();
 }

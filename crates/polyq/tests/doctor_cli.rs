@@ -7,6 +7,7 @@ use std::process::Output;
 use acemq::topology::{SourceQueue, Topology};
 use acemq::topology_apply;
 use polyq_amqp::{Client, FieldTable, FieldValue, OutgoingMessage, Properties, QueueSpec};
+use polyq_testkit::brokers::DeleteRedisKeys;
 use polyq_testkit::unique_name;
 use serde_json::Value;
 
@@ -388,19 +389,13 @@ async fn lrange(connection: &mut redis::aio::MultiplexedConnection, key: &str) -
         .unwrap()
 }
 
-async fn del(connection: &mut redis::aio::MultiplexedConnection, keys: &[String]) {
-    let _: u64 = redis::cmd("DEL")
-        .arg(keys)
-        .query_async(connection)
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn mixed_layouts_and_bad_bodies_are_found_on_redis_and_nothing_is_taken() {
     let url = polyq_testkit::redis_url();
     let mut connection = redis().await;
     let queue = unique_name("doctor.redis");
+    // The keys of both layouts: `<queue>` and `queues:<queue>`.
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     let laravel = format!("queues:{queue}");
     let [first, second, third, fourth] = planted_bodies();
     for body in [&first, &second] {
@@ -415,7 +410,6 @@ async fn mixed_layouts_and_bad_bodies_are_found_on_redis_and_nothing_is_taken() 
         lrange(&mut connection, &queue).await,
         lrange(&mut connection, &laravel).await,
     );
-    del(&mut connection, &[queue.clone(), laravel]).await;
 
     assert_body_rules(&findings, &queue);
     let mixed = of_rule(&findings, "babelqueue/mixed-redis-layouts");
@@ -431,13 +425,13 @@ async fn a_clean_redis_queue_has_no_findings_and_text_output_says_so() {
     let url = polyq_testkit::redis_url();
     let mut connection = redis().await;
     let queue = unique_name("doctor.redis-clean");
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     let framed = babelqueue::projection::frame(VALID, &[("bq-schema-version", "1")]).into_owned();
     rpush(&mut connection, &queue, &framed).await;
 
     let (findings, ok) = doctor(&url, &["--queue", &queue]);
     let text = polyq(&["doctor", "--url", &url, "--queue", &queue]);
     let kept = lrange(&mut connection, &queue).await;
-    del(&mut connection, std::slice::from_ref(&queue)).await;
 
     assert!(findings.is_empty(), "{findings:?}");
     assert!(ok);
@@ -452,6 +446,7 @@ async fn without_queue_names_every_redis_queue_of_either_layout_is_examined() {
     let url = polyq_testkit::redis_url();
     let mut connection = redis().await;
     let queue = unique_name("doctor.redis-scan");
+    let _keys = DeleteRedisKeys::new(&url, [&queue]);
     let laravel_delayed = format!("queues:{queue}:delayed");
     let [forbidden, ..] = planted_bodies();
     rpush(&mut connection, &queue, &forbidden).await;
@@ -464,7 +459,6 @@ async fn without_queue_names_every_redis_queue_of_either_layout_is_examined() {
         .unwrap();
 
     let (findings, _) = doctor(&url, &[]);
-    del(&mut connection, &[queue.clone(), laravel_delayed]).await;
 
     let ours: Vec<&Value> = findings
         .iter()
