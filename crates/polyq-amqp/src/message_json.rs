@@ -112,15 +112,15 @@ impl MessageJson {
             };
             let mut properties = match object.get("properties") {
                 None | Some(Value::Null) => Properties::default(),
-                Some(p) => properties_from_json(p)?,
+                Some(p) => read_properties(p)?,
             };
             properties.headers = match object.get("headers") {
                 None | Some(Value::Null) => FieldTable::new(),
-                Some(h) => table_from_json(h, "headers")?,
+                Some(h) => table_from_json(h, &Path::Root("headers"))?,
             };
             let body = match object.get("body") {
                 None | Some(Value::Null) => Vec::new(),
-                Some(b) => body_bytes(b, "body")?,
+                Some(b) => body_bytes(b, &Path::Root("body"))?,
             };
             Ok(Self {
                 exchange: text("exchange")?,
@@ -186,13 +186,47 @@ impl Serialize for PropertiesJson<'_> {
     }
 }
 
-fn properties_from_json(value: &Value) -> std::result::Result<Properties, String> {
+/// Where a value sits in the JSON being read, spelt out only when an error names it: reading a
+/// header table that is fine formats nothing.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root(&'a str),
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root(name) => f.write_str(name),
+            Path::Key(parent, key) => write!(f, "{parent}.{key}"),
+            Path::Index(parent, index) => write!(f, "{parent}[{index}]"),
+        }
+    }
+}
+
+/// AMQP properties from a JSON object, as the `properties` of a message reads them.
+///
+/// ```
+/// use polyq_amqp::message_json::properties_from_json;
+///
+/// let properties = properties_from_json(&serde_json::json!({"message_id": "m-1", "delivery_mode": 2}))?;
+/// assert_eq!(properties.message_id.as_deref(), Some("m-1"));
+/// assert!(properties_from_json(&serde_json::json!({"priority": 300})).is_err());
+/// # Ok::<(), polyq_amqp::Error>(())
+/// ```
+pub fn properties_from_json(value: &Value) -> Result<Properties> {
+    read_properties(value).map_err(|reason| invalid("read properties from JSON", reason))
+}
+
+fn read_properties(value: &Value) -> std::result::Result<Properties, String> {
     let object = value
         .as_object()
         .ok_or_else(|| format!("`properties`: expected an object, found {}", kind(value)))?;
     let mut p = Properties::default();
+    let root = Path::Root("properties");
     for (key, v) in object {
-        let path = format!("properties.{key}");
+        let path = Path::Key(&root, key);
         if v.is_null() {
             continue;
         }
@@ -260,14 +294,15 @@ pub fn body_to_json(body: &[u8]) -> Value {
 
 /// The bytes of a body given as text or as `{"base64": "..."}`.
 pub fn body_from_json(value: &Value) -> Result<Vec<u8>> {
-    body_bytes(value, "body").map_err(|reason| invalid("read a body from JSON", reason))
+    body_bytes(value, &Path::Root("body"))
+        .map_err(|reason| invalid("read a body from JSON", reason))
 }
 
-fn body_bytes(value: &Value, path: &str) -> std::result::Result<Vec<u8>, String> {
+fn body_bytes(value: &Value, path: &Path<'_>) -> std::result::Result<Vec<u8>, String> {
     match value {
         Value::String(text) => Ok(text.as_bytes().to_vec()),
         Value::Object(object) if object.len() == 1 && object.contains_key("base64") => {
-            decode_base64(&object["base64"], &format!("{path}.base64"))
+            decode_base64(&object["base64"], &Path::Key(path, "base64"))
         }
         other => Err(format!(
             "`{path}`: expected UTF-8 text or {{\"base64\": \"...\"}}, found {}",
@@ -288,7 +323,8 @@ pub fn headers_to_json(table: &FieldTable) -> Value {
 
 /// A header table from a JSON object.
 pub fn headers_from_json(value: &Value) -> Result<FieldTable> {
-    table_from_json(value, "headers").map_err(|reason| invalid("read headers from JSON", reason))
+    table_from_json(value, &Path::Root("headers"))
+        .map_err(|reason| invalid("read headers from JSON", reason))
 }
 
 /// One header value as JSON, in the plain form when that reads back as the same type.
@@ -346,21 +382,21 @@ pub fn field_value_to_json(value: &FieldValue) -> Value {
 
 /// One header value from JSON.
 pub fn field_value_from_json(value: &Value) -> Result<FieldValue> {
-    value_from_json(value, "value")
+    value_from_json(value, &Path::Root("value"))
         .map_err(|reason| invalid("read a header value from JSON", reason))
 }
 
-fn table_from_json(value: &Value, path: &str) -> std::result::Result<FieldTable, String> {
+fn table_from_json(value: &Value, path: &Path<'_>) -> std::result::Result<FieldTable, String> {
     let object = value
         .as_object()
         .ok_or_else(|| format!("`{path}`: expected an object, found {}", kind(value)))?;
     object
         .iter()
-        .map(|(name, v)| Ok((name.clone(), value_from_json(v, &format!("{path}.{name}"))?)))
+        .map(|(name, v)| Ok((name.clone(), value_from_json(v, &Path::Key(path, name))?)))
         .collect()
 }
 
-fn value_from_json(value: &Value, path: &str) -> std::result::Result<FieldValue, String> {
+fn value_from_json(value: &Value, path: &Path<'_>) -> std::result::Result<FieldValue, String> {
     match value {
         Value::Null => Ok(FieldValue::Void),
         Value::Bool(b) => Ok(FieldValue::Bool(*b)),
@@ -379,7 +415,7 @@ fn value_from_json(value: &Value, path: &str) -> std::result::Result<FieldValue,
         Value::Array(items) => items
             .iter()
             .enumerate()
-            .map(|(i, item)| value_from_json(item, &format!("{path}[{i}]")))
+            .map(|(i, item)| value_from_json(item, &Path::Index(path, i)))
             .collect::<std::result::Result<_, _>>()
             .map(FieldValue::Array),
         Value::Object(map) if looks_typed(map) => typed_from_json(map, path),
@@ -396,14 +432,14 @@ fn looks_typed(map: &Map<String, Value>) -> bool {
 
 fn typed_from_json(
     map: &Map<String, Value>,
-    path: &str,
+    path: &Path<'_>,
 ) -> std::result::Result<FieldValue, String> {
     let letter = map["type"].as_str().unwrap_or_default();
     if let Some(encoded) = map.get("base64") {
         return match letter {
             "S" => Ok(FieldValue::LongString(decode_base64(
                 encoded,
-                &format!("{path}.base64"),
+                &Path::Key(path, "base64"),
             )?)),
             other => Err(format!(
                 "`{path}`: \"base64\" is for type S only; type {other} takes \"value\""
@@ -411,8 +447,8 @@ fn typed_from_json(
         };
     }
     let v = &map["value"];
-    let vpath = format!("{path}.value");
-    let int = |range: &'static str| (v, letter, vpath.as_str(), range);
+    let vpath = Path::Key(path, "value");
+    let int = |range: &'static str| (v, letter, &vpath, range);
     Ok(match letter {
         "t" => FieldValue::Bool(
             v.as_bool()
@@ -474,14 +510,14 @@ fn typed_from_json(
 
 /// An integer of the width `T`, or an error naming the range of the type `letter`.
 fn integer<T: TryFrom<i64>>(
-    (v, letter, path, range): (&Value, &str, &str, &str),
+    (v, letter, path, range): (&Value, &str, &Path<'_>, &str),
 ) -> std::result::Result<T, String> {
     v.as_i64()
         .and_then(|n| T::try_from(n).ok())
         .ok_or_else(|| format!("`{path}`: type {letter} holds integers from {range}, found {v}"))
 }
 
-fn float(v: &Value, path: &str) -> std::result::Result<f64, String> {
+fn float(v: &Value, path: &Path<'_>) -> std::result::Result<f64, String> {
     match v {
         Value::Number(n) => n.as_f64().ok_or_else(|| format!("`{path}`: not a number")),
         Value::String(s) => match s.as_str() {
@@ -509,7 +545,7 @@ fn non_finite_name(f: f64) -> &'static str {
     }
 }
 
-fn decode_base64(value: &Value, path: &str) -> std::result::Result<Vec<u8>, String> {
+fn decode_base64(value: &Value, path: &Path<'_>) -> std::result::Result<Vec<u8>, String> {
     let text = value
         .as_str()
         .ok_or_else(|| format!("`{path}`: expected base64 text, found {}", kind(value)))?;

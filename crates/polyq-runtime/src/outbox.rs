@@ -292,6 +292,16 @@ pub fn relay_commit_clause(synchronous_commit: bool) -> &'static str {
     }
 }
 
+/// Sent before a relay's lease in the same simple query, so the lease walks the pending index
+/// in its order and stops after its batch, whatever the table's statistics say. Left to its
+/// estimates, the planner takes a table never analyzed (autovacuum off, or not run yet) for a
+/// handful of pending rows, and for each batch reads and sorts every pending row instead: each
+/// lease then costs as much as the backlog behind it. `SET LOCAL` lasts for the implicit
+/// transaction of that one query, the lease's own, so nothing reaches the pool's other users.
+/// (Not `enable_sort`: the sort of the claimed rows stays, and its disabling cost lifts the
+/// plan's estimate above `jit_above_cost`, so that each lease is JIT-compiled.)
+pub const WALK_THE_PENDING_INDEX: &str = "SET LOCAL enable_bitmapscan = off;";
+
 /// Whether `name` is a plain SQL identifier (ASCII letters, digits and `_`, not starting with a
 /// digit, at most 63 bytes, PostgreSQL's limit): a table name reaches SQL by interpolation,
 /// since no database binds identifiers as parameters, so nothing else may pass.

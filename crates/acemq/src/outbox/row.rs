@@ -5,7 +5,9 @@
 //! its AMQP type through the database and the relay sends what the publisher would have.
 
 use bytes::Bytes;
-use polyq_amqp::message_json::{MessageJson, headers_from_json, headers_to_json};
+use polyq_amqp::message_json::{
+    MessageJson, headers_from_json, headers_to_json, properties_from_json,
+};
 use polyq_amqp::{OutgoingMessage, Properties};
 use serde_json::Value;
 
@@ -61,9 +63,8 @@ impl StoredMessage {
             Some(text) => {
                 let value: Value = serde_json::from_str(text)
                     .map_err(|e| format!("the properties column is not JSON: {e}"))?;
-                MessageJson::from_json(&serde_json::json!({ "properties": value }))
+                properties_from_json(&value)
                     .map_err(|e| format!("the properties column is not AMQP properties: {e}"))?
-                    .properties
             }
         };
         properties.headers = headers;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use polyq_runtime::outbox::{OutboxStatus, relay_commit_clause};
+use polyq_runtime::outbox::{OutboxStatus, WALK_THE_PENDING_INDEX, relay_commit_clause};
 use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
@@ -20,8 +20,6 @@ pub const DEFAULT_TABLE: &str = "acemq_outbox";
 pub(crate) const MIGRATION: &str = include_str!("../../migrations/postgres/0001_outbox.sql");
 
 /// Sent before the lease in the same simple query: see [`Table::claim`].
-const WALK_THE_INDEX: &str = "SET LOCAL enable_bitmapscan = off;";
-
 /// A validated table name: it reaches SQL by interpolation, so only a plain identifier passes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Table(String);
@@ -89,16 +87,10 @@ impl Table {
     /// relay is claiming at this moment are skipped, not waited for; rows under a live lease or
     /// backoff, published, or out of attempts are not offered.
     ///
-    /// The lease walks the pending index in its order and stops after `limit` rows, whatever
-    /// the table's statistics say. Left to its estimates, the planner takes a table never
-    /// analyzed (autovacuum off, or not run yet) for a handful of pending rows, and for each
-    /// batch reads and sorts every pending row instead; rows written by one transaction share
-    /// their `created_at`, so each comparison falls through to the text `id`.
-    /// `SET LOCAL enable_bitmapscan = off` rules that plan out for the implicit transaction of
-    /// one simple query, the lease's own: nothing reaches the pool's other users. (Not
-    /// `enable_sort`: the sort of the claimed rows stays, and its disabling cost would lift the
-    /// plan's estimate above `jit_above_cost`: each lease was then JIT-compiled, for close to a
-    /// second of the database's CPU.)
+    /// The lease walks the pending index in its order and stops after `limit` rows
+    /// ([`WALK_THE_PENDING_INDEX`]); sorting every pending row instead would cost more here than
+    /// anywhere, since rows written by one transaction share their `created_at` and each
+    /// comparison falls through to the text `id`.
     /// The simple protocol binds no parameters, so every value is written into the text; each
     /// is the relay's own (a UUID and numbers), none comes from a row.
     pub async fn claim(
@@ -111,7 +103,7 @@ impl Table {
         synchronous_commit: bool,
     ) -> Result<Vec<(StoredMessage, i32)>, OutboxError> {
         let statement = self.claim_statement(token, lease, max_attempts, limit, synchronous_commit);
-        let rows = sqlx::raw_sql(&format!("{WALK_THE_INDEX} {statement}"))
+        let rows = sqlx::raw_sql(&format!("{WALK_THE_PENDING_INDEX} {statement}"))
             .fetch_all(db)
             .await
             .map_err(self.failed("claim a batch from"))?;
@@ -383,7 +375,7 @@ mod tests {
         };
 
         let lease = table.claim_statement(Uuid::new_v4(), Duration::from_secs(90), 10, 100, false);
-        let lease_plan = plan(&db, WALK_THE_INDEX, &lease).await;
+        let lease_plan = plan(&db, WALK_THE_PENDING_INDEX, &lease).await;
         assert!(walks_the_index(&lease_plan), "{lease_plan:#?}");
         let lag = table
             .mark_statement(false)
