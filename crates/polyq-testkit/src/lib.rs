@@ -6,6 +6,8 @@
 pub mod brokers;
 pub mod child;
 mod guard;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod proxy;
