@@ -403,6 +403,68 @@ async fn the_table_is_shared_with_the_java_layout(kind: Kind) {
     .await;
 }
 
+/// Instances claiming the same keys at once each win a key exactly once, whether the key is new
+/// or its previous claim expired (its holder crashed); the others find it in progress, and once
+/// confirmed everyone finds it confirmed.
+async fn concurrent_claims_win_each_key_once(kind: Kind) {
+    with_backing(kind, |backing| async move {
+        let mut instances = Vec::new();
+        for _ in 0..4 {
+            instances.push(backing.instance(Duration::from_secs(60)).await);
+        }
+        let keys: Vec<String> = (0..25).map(|n| format!("k-{n}")).collect();
+        let claim_all = || {
+            futures_util::future::join_all(
+                instances
+                    .iter()
+                    .flat_map(|store| keys.iter().map(move |key| store.claim(key))),
+            )
+        };
+        let winners = |found: Vec<Result<ClaimResult, _>>| {
+            let mut won = std::collections::HashMap::<&str, usize>::new();
+            for (key, found) in keys.iter().cycle().zip(found) {
+                match found.unwrap() {
+                    ClaimResult::Claimed => *won.entry(key.as_str()).or_default() += 1,
+                    other => assert_eq!(other, ClaimResult::InProgress, "{key}"),
+                }
+            }
+            won
+        };
+        let won = winners(claim_all().await);
+        assert!(
+            won.len() == keys.len() && won.values().all(|&n| n == 1),
+            "new keys: {won:?}"
+        );
+
+        for key in &keys {
+            backing.expire_row(key).await;
+        }
+        let won = winners(claim_all().await);
+        assert!(
+            won.len() == keys.len() && won.values().all(|&n| n == 1),
+            "expired claims: {won:?}"
+        );
+
+        for key in &keys {
+            instances[0].confirm(key).await.unwrap();
+        }
+        for found in claim_all().await {
+            assert_eq!(found.unwrap(), ClaimResult::AlreadyConfirmed);
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_postgres_claims_win_each_key_once() {
+    concurrent_claims_win_each_key_once(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_mysql_claims_win_each_key_once() {
+    concurrent_claims_win_each_key_once(Kind::MySql).await;
+}
+
 #[tokio::test]
 async fn the_postgres_table_is_shared_with_the_java_layout() {
     the_table_is_shared_with_the_java_layout(Kind::Postgres).await;

@@ -232,7 +232,7 @@ pub(crate) fn node_id() -> String {
 
 /// Keys remembered in this process: the embedded default, and the test of the semantics.
 /// Useless across several instances (a redelivery to another instance finds nothing), for which
-/// the PostgreSQL or Redis store is meant. Clones share the same keys.
+/// the PostgreSQL, MariaDB or Redis store is meant. Clones share the same keys.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
