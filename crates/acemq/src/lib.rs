@@ -87,7 +87,7 @@
 //!
 //! [`idempotency`]: the idempotent consumer's stores, in memory, on PostgreSQL and on MariaDB or
 //! MySQL (the Java port's table layout on both), and on Redis. [`outbox`]: the transactional
-//! outbox, on PostgreSQL and in memory (not on MariaDB).
+//! outbox, on PostgreSQL, on MariaDB or MySQL, and in memory.
 //!
 //! ## Errors (`error.rs`)
 //!
@@ -105,9 +105,9 @@
 //!   transactional outbox on PostgreSQL through `sqlx` (module `outbox`:
 //!   `Outbox::record` in the caller's transaction, the shipped migration; without it the
 //!   module has the in-memory `MemoryOutbox` and its `OutboxRelay`).
-//! - `mysql`: the idempotency store on MariaDB (10.6 and later) or MySQL (8.0 and later) through
-//!   `sqlx` (`idempotency::mysql`, its migration in `migrations/mysql/`). There is no outbox on
-//!   MariaDB.
+//! - `mysql`: MariaDB (10.6 and later) or MySQL (8.0 and later) through `sqlx`: the idempotency
+//!   store (`idempotency::mysql`) and the transactional outbox (`outbox::MySqlOutbox`,
+//!   `OutboxRelay::builder_mysql`), their migrations in `migrations/mysql/`.
 //! - `redis`: the Redis idempotency store (`idempotency::redis`).
 //! - `otel`: W3C `traceparent` / `tracestate` written on publish and adopted on consume, through
 //!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
