@@ -4,18 +4,20 @@
 //! failed without stopping the relay, and a refused publish is retried after its backoff.
 
 mod common;
+#[macro_use]
+#[path = "common/outbox_db.rs"]
+mod outbox_db;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use acemq::Envelope;
-use acemq::outbox::{MySqlOutbox, Outbox, OutboxRelay};
 use common::{Env, LIMIT};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use outbox_db::{Db, Store, Tables};
 use polyq_amqp::QueueSpec;
 use serde_json::{Value, json};
-use sqlx::{MySqlPool, PgPool, Row};
+use sqlx::Row;
 
 /// `acemq.outbox.total` by table and outcome, and `acemq.outbox.lag` by table.
 #[derive(Default)]
@@ -82,158 +84,6 @@ fn outbox_meters(table: &str) -> (u64, u64, Option<f64>) {
     )
 }
 
-/// The database an outbox lives in.
-#[derive(Debug, Clone, Copy)]
-enum Db {
-    Postgres,
-    MySql,
-}
-
-/// An outbox in one of the databases, on its pool.
-enum Store {
-    Postgres(PgPool, Outbox),
-    MySql(MySqlPool, MySqlOutbox),
-}
-
-/// A unique outbox table and business table, dropped with it, also when the test fails.
-struct Tables {
-    store: Store,
-    outbox: String,
-    business: String,
-    /// The table-drop guard of the database.
-    _dropped: Box<dyn Send + Sync>,
-}
-
-/// Runs `$body` with `$tx`, a transaction of the tables' database, `$outbox`, its writer, and
-/// `$placeholder`, how that database writes a statement's first parameter; then commits when
-/// `$commit` holds, or rolls back.
-macro_rules! in_transaction {
-    ($tables:expr, $commit:expr, |$tx:ident, $outbox:ident, $placeholder:ident| $body:block) => {
-        match &$tables.store {
-            Store::Postgres(db, $outbox) => {
-                let $placeholder = "$1";
-                let mut $tx = db.begin().await.unwrap();
-                let value = $body;
-                if $commit {
-                    $tx.commit().await
-                } else {
-                    $tx.rollback().await
-                }
-                .unwrap();
-                value
-            }
-            Store::MySql(db, $outbox) => {
-                let $placeholder = "?";
-                let mut $tx = db.begin().await.unwrap();
-                let value = $body;
-                if $commit {
-                    $tx.commit().await
-                } else {
-                    $tx.rollback().await
-                }
-                .unwrap();
-                value
-            }
-        }
-    };
-}
-
-/// Runs `$sql` (its placeholders `?`, written `$1`, `$2` ... on PostgreSQL) on the tables'
-/// database, binding `$value`s, with `$run` (`execute`, `fetch_one`, ...); the result is `$map`ped.
-macro_rules! on_db {
-    ($tables:expr, $sql:expr, [$($value:expr),*], $run:ident, |$result:ident| $map:expr) => {
-        match &$tables.store {
-            Store::Postgres(db, ..) => {
-                let mut n = 0;
-                let sql = $sql.split('?').fold(String::new(), |mut sql, part| {
-                    if n > 0 {
-                        sql.push_str(&format!("${n}"));
-                    }
-                    n += 1;
-                    sql.push_str(part);
-                    sql
-                });
-                let $result = sqlx::query(&sql)$(.bind($value))*.$run(db).await.unwrap();
-                $map
-            }
-            Store::MySql(db, ..) => {
-                let $result = sqlx::query(&$sql)$(.bind($value))*.$run(db).await.unwrap();
-                $map
-            }
-        }
-    };
-}
-
-impl Tables {
-    async fn new(db: Db) -> Self {
-        let suffix = polyq_testkit::unique_name("t").replace(['-', '.'], "_");
-        let (outbox, business) = (format!("acemq_outbox_{suffix}"), format!("orders_{suffix}"));
-        let names = [outbox.as_str(), business.as_str()];
-        let (store, dropped): (_, Box<dyn Send + Sync>) = match db {
-            Db::Postgres => {
-                let dropped = polyq_testkit::postgres::DropTables::new(names);
-                let pool = PgPool::connect(&polyq_testkit::postgres_url())
-                    .await
-                    .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
-                let writer = Outbox::in_table(&outbox).unwrap();
-                writer.migrate(&pool).await.expect("migrate");
-                // Twice: the migration is safe to run again.
-                writer.migrate(&pool).await.expect("migrate again");
-                (Store::Postgres(pool, writer), Box::new(dropped))
-            }
-            Db::MySql => {
-                let dropped = polyq_testkit::mysql::DropTables::new(names);
-                let pool = MySqlPool::connect(&polyq_testkit::mariadb_url())
-                    .await
-                    .expect("MariaDB is reachable (POLYQ_MARIADB_URL)");
-                let writer = MySqlOutbox::in_table(&outbox).unwrap();
-                writer.migrate(&pool).await.expect("migrate");
-                writer.migrate(&pool).await.expect("migrate again");
-                (Store::MySql(pool, writer), Box::new(dropped))
-            }
-        };
-        let tables = Self {
-            store,
-            outbox,
-            business,
-            _dropped: dropped,
-        };
-        let create = format!("CREATE TABLE {} (id BIGINT PRIMARY KEY)", tables.business);
-        on_db!(tables, create, [], execute, |done| drop(done));
-        tables
-    }
-
-    fn relay(&self, env: &Env) -> acemq::outbox::OutboxRelayBuilder {
-        match &self.store {
-            Store::Postgres(db, ..) => OutboxRelay::builder(db.clone(), &env.mq),
-            Store::MySql(db, ..) => OutboxRelay::builder_mysql(db.clone(), &env.mq),
-        }
-        .table(&self.outbox)
-    }
-
-    /// Places an order and records its message in one transaction, committed or rolled back.
-    async fn place(&self, env: &Env, queue: &str, id: i64, commit: bool) -> Envelope {
-        let publisher = env.mq.publisher::<Value>("", queue);
-        in_transaction!(self, commit, |tx, outbox, placeholder| {
-            let insert = format!("INSERT INTO {} (id) VALUES ({placeholder})", self.business);
-            sqlx::query(&insert)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            outbox
-                .record(&mut tx, &publisher, &json!({ "id": id }))
-                .await
-                .expect("recorded")
-        })
-    }
-
-    async fn count(&self, table: &str, filter: &str) -> i64 {
-        let sql = format!("SELECT count(*) FROM {table} {filter}");
-        on_db!(self, sql, [], fetch_one, |row| row.get(0))
-    }
-}
-
 /// `each_db!(name)` runs `async fn name(env, db)` on both brokers with each database: the tests
 /// `name::postgres::memory`, `name::postgres::rabbitmq`, `name::mysql::memory` and
 /// `name::mysql::rabbitmq`.
@@ -258,12 +108,12 @@ macro_rules! each_db {
 async fn commits_or_rolls_back_with_the_business_row(env: &'static Env, db: Db) {
     let tables = Tables::new(db).await;
     let queue = env.queue("outbox-tx").await;
-    tables.place(env, &queue, 1, false).await;
-    let committed = tables.place(env, &queue, 2, true).await;
+    tables.place(&env.mq, &queue, 1, false).await;
+    let committed = tables.place(&env.mq, &queue, 2, true).await;
     assert_eq!(tables.count(&tables.business, "").await, 1);
     assert_eq!(tables.count(&tables.outbox, "").await, 1);
 
-    let relay = tables.relay(env).build().unwrap();
+    let relay = tables.relay(&env.mq).build().unwrap();
     let pass = relay.drain(10).await.unwrap();
     assert_eq!((pass.published, pass.failed), (1, 0));
     assert_eq!(env.count(&queue).await, 1);
@@ -298,22 +148,28 @@ each_db!(commits_or_rolls_back_with_the_business_row);
 async fn the_next_relay_publishes_what_a_stopped_one_left(env: &'static Env, db: Db) {
     let tables = Tables::new(db).await;
     let queue = env.queue("outbox-next").await;
-    tables.place(env, &queue, 1, true).await;
+    tables.place(&env.mq, &queue, 1, true).await;
 
     let stopped = polyq_runtime::Shutdown::new();
     stopped.stop();
-    tables.relay(env).build().unwrap().run(stopped).await;
+    tables.relay(&env.mq).build().unwrap().run(stopped).await;
     assert_eq!(
         env.count(&queue).await,
         0,
         "a relay stopped before it ran publishes nothing"
     );
-    let status = tables.relay(env).build().unwrap().status().await.unwrap();
+    let status = tables
+        .relay(&env.mq)
+        .build()
+        .unwrap()
+        .status()
+        .await
+        .unwrap();
     assert_eq!(status.pending, 1);
     assert!(status.oldest_pending_age.is_some());
 
     let next = polyq_runtime::Shutdown::new();
-    let relay = tables.relay(env).build().unwrap();
+    let relay = tables.relay(&env.mq).build().unwrap();
     let running = tokio::spawn({
         let next = next.clone();
         async move { relay.run(next).await }
@@ -342,8 +198,8 @@ async fn two_relays_never_publish_a_row_twice(env: &'static Env, db: Db) {
         }
     });
 
-    let one = tables.relay(env).batch_size(7).build().unwrap();
-    let two = tables.relay(env).batch_size(7).build().unwrap();
+    let one = tables.relay(&env.mq).batch_size(7).build().unwrap();
+    let two = tables.relay(&env.mq).batch_size(7).build().unwrap();
     let (a, b) = tokio::join!(one.drain(1000), two.drain(1000));
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.published + b.published, rows);
@@ -376,9 +232,9 @@ async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env, db:
     on_db!(tables, insert, [&queue, &b"{}"[..]], execute, |done| drop(
         done
     ));
-    tables.place(env, &queue, 1, true).await;
+    tables.place(&env.mq, &queue, 1, true).await;
 
-    let relay = tables.relay(env).build().unwrap();
+    let relay = tables.relay(&env.mq).build().unwrap();
     let pass = relay.drain(10).await.unwrap();
     assert_eq!((pass.published, pass.failed), (1, 1));
     assert_eq!(&env.next_in(&queue).await.body[..], br#"{"id":1}"#);
@@ -413,9 +269,9 @@ async fn a_refused_publish_backs_off_and_is_published_later(env: &'static Env, d
     let tables = Tables::new(db).await;
     // Not declared yet: the mandatory publish comes back unroutable.
     let queue = polyq_testkit::unique_name("acemq.rt.outbox-later");
-    tables.place(env, &queue, 1, true).await;
+    tables.place(&env.mq, &queue, 1, true).await;
     let relay = tables
-        .relay(env)
+        .relay(&env.mq)
         .backoff(Duration::from_millis(100), Duration::from_secs(1))
         .build()
         .unwrap();
