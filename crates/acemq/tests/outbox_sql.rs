@@ -229,9 +229,7 @@ async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env, db:
          VALUES ('bad-1', '', ?, ?, 'application/json', 'not json', {old})",
         tables.outbox
     );
-    on_db!(tables, insert, [&queue, &b"{}"[..]], execute, |done| drop(
-        done
-    ));
+    on_db!(tables, insert, [&queue, &b"{}"[..]], execute, |_done| ());
     tables.place(&env.mq, &queue, 1, true).await;
 
     let relay = tables.relay(&env.mq).build().unwrap();

@@ -15,7 +15,7 @@ use polyq_runtime::outbox::OutboxStatus;
 use sqlx::{MySqlConnection, MySqlPool, Row};
 use uuid::Uuid;
 
-use crate::outbox::backend::{Backend, Failure, truncate};
+use crate::outbox::backend::{Backend, Failure, database_error, table_name, truncate};
 use crate::outbox::error::OutboxError;
 use crate::outbox::row::StoredMessage;
 
@@ -65,11 +65,7 @@ fn read_row(row: &sqlx::mysql::MySqlRow) -> Result<(StoredMessage, i32), sqlx::E
 
 impl MySqlTable {
     pub fn new(name: &str) -> Result<Self, OutboxError> {
-        if polyq_runtime::outbox::is_plain_sql_identifier(name) {
-            Ok(Self(name.to_owned()))
-        } else {
-            Err(OutboxError::InvalidTable(name.to_owned()))
-        }
+        Ok(Self(table_name(name)?))
     }
 
     pub fn default_table() -> Self {
@@ -81,11 +77,7 @@ impl MySqlTable {
     }
 
     fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> OutboxError + '_ {
-        move |source| OutboxError::Database {
-            operation,
-            table: self.0.clone(),
-            source,
-        }
+        database_error(operation, &self.0)
     }
 
     /// Creates the table and its index if they are not there yet.
@@ -332,5 +324,35 @@ impl Backend for MySqlBackend {
 
     fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>> {
         Box::pin(self.table.status(&self.db, max_attempts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_identifiers_are_table_names() {
+        assert!(MySqlTable::new("acemq_outbox").is_ok());
+        for bad in ["", "1t", "a-b", "a;drop", "a b", &"x".repeat(64)] {
+            assert!(
+                matches!(MySqlTable::new(bad), Err(OutboxError::InvalidTable(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_migration_is_renamed_whole_and_lists_are_one_placeholder_a_value() {
+        let ddl = MIGRATION.replace(DEFAULT_TABLE, "orders_outbox");
+        assert!(ddl.contains("CREATE TABLE IF NOT EXISTS orders_outbox ("));
+        assert!(!ddl.contains(DEFAULT_TABLE));
+        assert_eq!(placeholders(3), "?, ?, ?");
+        assert_eq!(
+            age(Some(-5)),
+            Some(Duration::ZERO),
+            "a clock step reads as no age"
+        );
+        assert_eq!(age(Some(1_500_000)), Some(Duration::from_millis(1500)));
     }
 }

@@ -137,7 +137,7 @@ impl Tables {
             "CREATE TABLE IF NOT EXISTS {} (id BIGINT PRIMARY KEY)",
             tables.business
         );
-        on_db!(tables, create, [], execute, |done| drop(done));
+        on_db!(tables, create, [], execute, |_done| ());
         tables
     }
 
