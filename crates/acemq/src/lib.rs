@@ -83,6 +83,12 @@
 //! [`patterns`]: replaying set-aside messages, request/reply, declared pipelines, carried
 //! itineraries and the claim check.
 //!
+//! ## Stores
+//!
+//! [`idempotency`]: the idempotent consumer's stores, in memory, on PostgreSQL and on MariaDB or
+//! MySQL (the Java port's table layout on both), and on Redis. [`outbox`]: the transactional
+//! outbox, on PostgreSQL, on MariaDB or MySQL, and in memory.
+//!
 //! ## Errors (`error.rs`)
 //!
 //! [`Error`]: a value handed to the contract that is not valid (building an envelope, a route, a
@@ -95,9 +101,14 @@
 //!
 //! - `amqp` (default): the RabbitMQ transport (`amqp://`, `amqps://`) through `polyq-amqp`.
 //!   Without it only the embedded broker (`memory://`) is available.
-//! - `postgres`: the transactional outbox on PostgreSQL through `sqlx` (module `outbox`:
+//! - `postgres`: the PostgreSQL idempotency store (`idempotency::postgres`) and the
+//!   transactional outbox on PostgreSQL through `sqlx` (module `outbox`:
 //!   `Outbox::record` in the caller's transaction, the shipped migration; without it the
 //!   module has the in-memory `MemoryOutbox` and its `OutboxRelay`).
+//! - `mysql`: MariaDB (10.6 and later) or MySQL (8.0 and later) through `sqlx`: the idempotency
+//!   store (`idempotency::mysql`) and the transactional outbox (`outbox::MySqlOutbox`,
+//!   `OutboxRelay::builder_mysql`), their migrations in `migrations/mysql/`.
+//! - `redis`: the Redis idempotency store (`idempotency::redis`).
 //! - `otel`: W3C `traceparent` / `tracestate` written on publish and adopted on consume, through
 //!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
 //! - `prometheus`: the metrics in the Prometheus text format

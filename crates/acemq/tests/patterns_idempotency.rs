@@ -1,10 +1,10 @@
-//! The idempotent consumer on every store (in memory, PostgreSQL, Redis) and both brokers: a
+//! The idempotent consumer on every store (in memory, PostgreSQL, MariaDB, Redis) and both brokers: a
 //! message delivered twice does its work once; a failed attempt releases its claim and a
 //! successful one confirms it; a message another instance holds a live claim
 //! on is republished unchanged until the lease expires and then handled; a store that cannot be
 //! reached fails the delivery into the retry path, never acknowledging it. And the PostgreSQL
-//! table in the Java port's layout, read and written as the Java store does; and a pipeline
-//! step with the same option.
+//! and MariaDB tables in the Java port's layout, read and written as the Java store does; and a
+//! pipeline step with the same option.
 
 mod common;
 #[path = "common/stores.rs"]
@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use acemq::idempotency::mysql::MySqlIdempotencyStore;
 use acemq::idempotency::postgres::PostgresIdempotencyStore;
 use acemq::idempotency::{ClaimResult, IdempotencyStore, InMemoryIdempotencyStore};
 use acemq::patterns::pipeline::Pipeline;
@@ -43,9 +44,11 @@ macro_rules! each_store {
             each_store!(@tests $name;
                 memory_broker_in_memory_store: Memory, InMemory;
                 memory_broker_postgres_store: Memory, Postgres;
+                memory_broker_mysql_store: Memory, MySql;
                 memory_broker_redis_store: Memory, Redis;
                 rabbitmq_in_memory_store: RabbitMq, InMemory;
                 rabbitmq_postgres_store: RabbitMq, Postgres;
+                rabbitmq_mysql_store: RabbitMq, MySql;
                 rabbitmq_redis_store: RabbitMq, Redis;
             );
         }
@@ -256,20 +259,38 @@ async fn a_live_claim_elsewhere_republishes_until_its_lease_expires(env: &'stati
 }
 each_store!(a_live_claim_elsewhere_republishes_until_its_lease_expires);
 
-async fn an_unreachable_store_fails_the_delivery_into_the_retry_path(env: &'static Env) {
+/// A store on a database where nothing listens (port 1): every claim fails to connect.
+fn unreachable_store(kind: Kind) -> Arc<dyn IdempotencyStore> {
+    match kind {
+        Kind::Postgres => Arc::new(PostgresIdempotencyStore::new(
+            sqlx::postgres::PgPoolOptions::new()
+                .acquire_timeout(Duration::from_millis(500))
+                .connect_lazy("postgres://postgres@127.0.0.1:1/test")
+                .unwrap(),
+        )),
+        Kind::MySql => Arc::new(MySqlIdempotencyStore::new(
+            sqlx::mysql::MySqlPoolOptions::new()
+                .acquire_timeout(Duration::from_millis(500))
+                .connect_lazy("mysql://root@127.0.0.1:1/test")
+                .unwrap(),
+        )),
+        kind => panic!("{kind:?} is not a database"),
+    }
+}
+
+async fn an_unreachable_store_fails_the_delivery_into_the_retry_path(
+    env: &'static Env,
+    kind: Kind,
+    store_name: &str,
+) {
     let queue = env.queue("idem-down").await;
-    // Nothing listens on port 1: every claim fails to connect.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .acquire_timeout(Duration::from_millis(500))
-        .connect_lazy("postgres://postgres@127.0.0.1:1/test")
-        .unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&ran);
     let consumer = env
         .mq
         .consumer::<u32>(queue.as_str())
         .retry(RetryPolicy::fixed(2, Duration::from_millis(10)).unwrap())
-        .idempotent(PostgresIdempotencyStore::new(pool))
+        .idempotent(unreachable_store(kind))
         .start(move |_: Message<u32>| {
             let counted = Arc::clone(&counted);
             async move {
@@ -289,12 +310,10 @@ async fn an_unreachable_store_fails_the_delivery_into_the_retry_path(env: &'stat
     let envelope = Envelope::from_properties(&dead.properties, &dead.routing_key);
     assert_eq!((envelope.id(), envelope.attempt()), (sent.id(), 2));
     let error = envelope.error().expect("x-acemq-error");
-    assert!(
-        error.starts_with(
-            "exhausted 2 attempts: StoreError: the postgres idempotency store could not claim key"
-        ),
-        "{error}"
+    let expected = format!(
+        "exhausted 2 attempts: StoreError: the {store_name} idempotency store could not claim key"
     );
+    assert!(error.starts_with(&expected), "{error}");
     assert!(consumer.drain(LIMIT).await.is_clean());
     assert_eq!(
         ran.load(Ordering::SeqCst),
@@ -303,39 +322,38 @@ async fn an_unreachable_store_fails_the_delivery_into_the_retry_path(env: &'stat
     );
     assert_eq!(env.count(&queue).await, 0);
 }
-polyq_testkit::both_brokers!(an_unreachable_store_fails_the_delivery_into_the_retry_path);
 
-#[tokio::test]
-async fn the_postgres_table_is_shared_with_the_java_layout() {
-    with_backing(Kind::Postgres, |backing| async move {
-        let pool = backing.pool.clone().unwrap();
+async fn an_unreachable_postgres_store_fails_the_delivery(env: &'static Env) {
+    an_unreachable_store_fails_the_delivery_into_the_retry_path(env, Kind::Postgres, "postgres")
+        .await;
+}
+polyq_testkit::both_brokers!(an_unreachable_postgres_store_fails_the_delivery);
+
+async fn an_unreachable_mysql_store_fails_the_delivery(env: &'static Env) {
+    an_unreachable_store_fails_the_delivery_into_the_retry_path(env, Kind::MySql, "mysql").await;
+}
+polyq_testkit::both_brokers!(an_unreachable_mysql_store_fails_the_delivery);
+
+/// Rows written the way the Java port's JdbcIdempotencyStore writes them are read as it means
+/// them, and what this store writes reads back as the Java store's queries expect.
+async fn the_table_is_shared_with_the_java_layout(kind: Kind) {
+    with_backing(kind, |backing| async move {
         let store = backing.instance(Duration::from_secs(60)).await;
-        let table = &backing.table;
 
-        // A row as the Java port's JdbcIdempotencyStore confirms it.
-        sqlx::query(&format!(
-            "INSERT INTO {table} (message_id, state, claimed_by, recorded_at, expires_at) \
-             VALUES ($1, 'CONFIRMED', NULL, now(), now() + interval '1 hour')"
-        ))
-        .bind("java-done")
-        .execute(&pool)
-        .await
-        .unwrap();
+        // A row as the Java port confirms it.
+        backing
+            .write_java_row("java-done", "CONFIRMED", None, 3600)
+            .await;
         assert_eq!(
             store.claim("java-done").await.unwrap(),
             ClaimResult::AlreadyConfirmed
         );
 
         // A live Java claim, and one whose lease ran out (its holder crashed).
-        for (id, expires) in [("java-live", "1 hour"), ("java-crashed", "-1 second")] {
-            sqlx::query(&format!(
-                "INSERT INTO {table} (message_id, state, claimed_by, recorded_at, expires_at) \
-                 VALUES ($1, 'CLAIMED', 'a-java-node', now(), now() + interval '{expires}')"
-            ))
-            .bind(id)
-            .execute(&pool)
-            .await
-            .unwrap();
+        for (id, expires_in) in [("java-live", 3600), ("java-crashed", -1)] {
+            backing
+                .write_java_row(id, "CLAIMED", Some("a-java-node"), expires_in)
+                .await;
         }
         assert_eq!(
             store.claim("java-live").await.unwrap(),
@@ -354,36 +372,28 @@ async fn the_postgres_table_is_shared_with_the_java_layout() {
 
         // What this store writes, as the Java store reads it.
         store.confirm("java-crashed").await.unwrap();
-        let (state, holder, live): (String, Option<String>, bool) = sqlx::query_as(&format!(
-            "SELECT state, claimed_by, expires_at > now() FROM {table} WHERE message_id = $1"
-        ))
-        .bind("java-crashed")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        assert_eq!((state.as_str(), holder, live), ("CONFIRMED", None, true));
+        let confirmed = backing.java_row("java-crashed").await;
+        assert_eq!(
+            (
+                confirmed.state.as_str(),
+                confirmed.claimed_by,
+                confirmed.live
+            ),
+            ("CONFIRMED", None, true)
+        );
 
         assert_eq!(store.claim("rust-1").await.unwrap(), ClaimResult::Claimed);
-        let (state, holder): (String, Option<String>) = sqlx::query_as(&format!(
-            "SELECT state, claimed_by FROM {table} WHERE message_id = $1"
-        ))
-        .bind("rust-1")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        assert_eq!(state, "CLAIMED");
-        assert!(holder.is_some_and(|h| h.len() <= 64));
+        let claimed = backing.java_row("rust-1").await;
+        assert_eq!((claimed.state.as_str(), claimed.live), ("CLAIMED", true));
+        assert!(claimed.claimed_by.is_some_and(|h| h.len() <= 64));
         store.release("rust-1").await.unwrap();
         assert_eq!(store.claim("rust-1").await.unwrap(), ClaimResult::Claimed);
 
+        // Keys are compared exactly: one differing only in case is another key.
+        assert_eq!(store.claim("RUST-1").await.unwrap(), ClaimResult::Claimed);
+
         // purge_expired removes only rows past their deadline.
-        sqlx::query(&format!(
-            "UPDATE {table} SET expires_at = now() - interval '1 second' WHERE message_id = $1"
-        ))
-        .bind("java-done")
-        .execute(&pool)
-        .await
-        .unwrap();
+        backing.expire_row("java-done").await;
         assert_eq!(store.purge_expired().await.unwrap(), 1);
         assert_eq!(
             store.claim("java-done").await.unwrap(),
@@ -391,6 +401,78 @@ async fn the_postgres_table_is_shared_with_the_java_layout() {
         );
     })
     .await;
+}
+
+/// Instances claiming the same keys at once each win a key exactly once, whether the key is new
+/// or its previous claim expired (its holder crashed); the others find it in progress, and once
+/// confirmed everyone finds it confirmed.
+async fn concurrent_claims_win_each_key_once(kind: Kind) {
+    with_backing(kind, |backing| async move {
+        let mut instances = Vec::new();
+        for _ in 0..4 {
+            instances.push(backing.instance(Duration::from_secs(60)).await);
+        }
+        let keys: Vec<String> = (0..25).map(|n| format!("k-{n}")).collect();
+        let claim_all = || {
+            futures_util::future::join_all(
+                instances
+                    .iter()
+                    .flat_map(|store| keys.iter().map(move |key| store.claim(key))),
+            )
+        };
+        let winners = |found: Vec<Result<ClaimResult, _>>| {
+            let mut won = std::collections::HashMap::<&str, usize>::new();
+            for (key, found) in keys.iter().cycle().zip(found) {
+                match found.unwrap() {
+                    ClaimResult::Claimed => *won.entry(key.as_str()).or_default() += 1,
+                    other => assert_eq!(other, ClaimResult::InProgress, "{key}"),
+                }
+            }
+            won
+        };
+        let won = winners(claim_all().await);
+        assert!(
+            won.len() == keys.len() && won.values().all(|&n| n == 1),
+            "new keys: {won:?}"
+        );
+
+        for key in &keys {
+            backing.expire_row(key).await;
+        }
+        let won = winners(claim_all().await);
+        assert!(
+            won.len() == keys.len() && won.values().all(|&n| n == 1),
+            "expired claims: {won:?}"
+        );
+
+        for key in &keys {
+            instances[0].confirm(key).await.unwrap();
+        }
+        for found in claim_all().await {
+            assert_eq!(found.unwrap(), ClaimResult::AlreadyConfirmed);
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_postgres_claims_win_each_key_once() {
+    concurrent_claims_win_each_key_once(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_mysql_claims_win_each_key_once() {
+    concurrent_claims_win_each_key_once(Kind::MySql).await;
+}
+
+#[tokio::test]
+async fn the_postgres_table_is_shared_with_the_java_layout() {
+    the_table_is_shared_with_the_java_layout(Kind::Postgres).await;
+}
+
+#[tokio::test]
+async fn the_mysql_table_is_shared_with_the_java_layout() {
+    the_table_is_shared_with_the_java_layout(Kind::MySql).await;
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! On RabbitMQ, with the PostgreSQL and the Redis store: an idempotent consumer process killed
+//! On RabbitMQ, with the PostgreSQL, the MariaDB and the Redis store: an idempotent consumer process killed
 //! with SIGKILL while its handler runs leaves its claim behind. The broker redelivers the
 //! message to another consumer at once, which finds the claim's lease live and republishes the
 //! message unchanged (never dead-lettering it) until the lease expires, and then handles it.
@@ -112,6 +112,14 @@ async fn kill_9_with_the_postgres_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_the_mysql_store() {
+    run(Broker::RabbitMq, |broker| {
+        kill_9_mid_handler_leaves_a_claim_that_expires(broker, Kind::MySql)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_with_the_redis_store() {
     run(Broker::RabbitMq, |broker| {
         kill_9_mid_handler_leaves_a_claim_that_expires(broker, Kind::Redis)
@@ -128,6 +136,7 @@ async fn child_consumer() {
     let name = std::env::var(TABLE_VAR).expect("started by a kill_9 test");
     let kind = match std::env::var(STORE_VAR).as_deref() {
         Ok("Postgres") => Kind::Postgres,
+        Ok("MySql") => Kind::MySql,
         Ok("Redis") => Kind::Redis,
         other => panic!("unknown store {other:?}"),
     };

@@ -28,6 +28,9 @@ pub struct Options {
     /// PostgreSQL URL for running the `idempotency` sequences against the PostgreSQL stores too
     /// (each case on a table of its own, dropped afterwards). Default: none.
     pub postgres_url: Option<String>,
+    /// MariaDB (or MySQL) URL for running the `idempotency` sequences against the MariaDB
+    /// seen-set too (each case on a table of its own, dropped afterwards). Default: none.
+    pub mysql_url: Option<String>,
 }
 
 impl Options {
@@ -40,6 +43,12 @@ impl Options {
     /// Sets the PostgreSQL URL of the `idempotency` stores.
     pub fn postgres_url(mut self, url: impl Into<String>) -> Self {
         self.postgres_url = Some(url.into());
+        self
+    }
+
+    /// Sets the MariaDB (or MySQL) URL of the `idempotency` stores.
+    pub fn mysql_url(mut self, url: impl Into<String>) -> Self {
+        self.mysql_url = Some(url.into());
         self
     }
 }
@@ -611,8 +620,8 @@ fn check_dead_letter(block: &DeadLetterInfo, expected: &Value) -> Check {
     Ok(())
 }
 
-/// A store the `idempotency` sequences run against: the in-memory ones always, the Redis and
-/// PostgreSQL ones when the options name a server.
+/// A store the `idempotency` sequences run against: the in-memory ones always, the Redis,
+/// PostgreSQL and MariaDB ones when the options name a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SequenceStore {
     Memory,
@@ -621,6 +630,7 @@ enum SequenceStore {
     RedisClaiming,
     Postgres,
     PostgresClaiming,
+    MySql,
 }
 
 impl SequenceStore {
@@ -631,6 +641,9 @@ impl SequenceStore {
         }
         if options.postgres_url.is_some() {
             stores.extend([Self::Postgres, Self::PostgresClaiming]);
+        }
+        if options.mysql_url.is_some() {
+            stores.push(Self::MySql);
         }
         stores
     }
@@ -643,6 +656,7 @@ impl SequenceStore {
             Self::RedisClaiming => "redis-claiming",
             Self::Postgres => "postgres",
             Self::PostgresClaiming => "postgres-claiming",
+            Self::MySql => "mysql",
         }
     }
 }
@@ -716,8 +730,8 @@ async fn replay_sequence(guard: &Opened, deliveries: &[Value], expected: i64) ->
 struct Opened {
     option: Idempotency,
     forget: std::sync::Arc<dyn crate::idempotency::IdempotencyStore>,
-    #[cfg(feature = "postgres")]
-    table: Option<(sqlx::PgPool, String)>,
+    /// Drops the case's table, for the stores that made one.
+    drop_table: Option<DropTable>,
 }
 
 impl Opened {
@@ -726,8 +740,7 @@ impl Opened {
         Self {
             option: Idempotency::claiming(store.clone()),
             forget: store,
-            #[cfg(feature = "postgres")]
-            table: None,
+            drop_table: None,
         }
     }
 
@@ -736,8 +749,7 @@ impl Opened {
         Self {
             option: Idempotency::seen_set(store.clone()),
             forget: store,
-            #[cfg(feature = "postgres")]
-            table: None,
+            drop_table: None,
         }
     }
 
@@ -747,13 +759,8 @@ impl Opened {
 
     /// Removes what the case left: its ids, or its table.
     async fn close(self, deliveries: &[Value]) -> Check {
-        #[cfg(feature = "postgres")]
-        if let Some((pool, table)) = &self.table {
-            return sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
-                .execute(pool)
-                .await
-                .map(drop)
-                .map_err(|e| format!("cannot drop {table}: {e}"));
+        if let Some(drop_table) = self.drop_table {
+            return drop_table().await;
         }
         for id in deliveries.iter().filter_map(|d| d.get("meta_id")?.as_str()) {
             self.forget(id).await.map_err(|e| e.to_string())?;
@@ -786,7 +793,31 @@ async fn open_sequence_store(
             )
             .await?
         }
+        SequenceStore::MySql => {
+            open_mysql(options.mysql_url.as_deref().unwrap_or_default(), scope).await?
+        }
     })
+}
+
+/// Drops a case's table when called and awaited.
+type DropTable = Box<dyn FnOnce() -> futures_util::future::BoxFuture<'static, Check> + Send + Sync>;
+
+/// Drops `table` through `$pool` (of either database), as a [`DropTable`].
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! drop_table {
+    ($pool:expr, $table:expr) => {{
+        let (pool, table) = ($pool, $table);
+        let drop_table: DropTable = Box::new(move || {
+            Box::pin(async move {
+                sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
+                    .execute(&pool)
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("cannot drop {table}: {e}"))
+            })
+        });
+        drop_table
+    }};
 }
 
 #[cfg(feature = "redis")]
@@ -845,13 +876,34 @@ async fn open_postgres(
         store.migrate().await.map_err(fail)?;
         Opened::claiming(store)
     };
-    opened.table = Some((pool, table));
+    opened.drop_table = Some(drop_table!(pool, table));
     Ok(opened)
 }
 
 #[cfg(not(feature = "postgres"))]
 async fn open_postgres(_: SequenceStore, _: &str, _: &str) -> std::result::Result<Opened, String> {
     Err("this build has no PostgreSQL stores (feature `postgres`)".to_owned())
+}
+
+#[cfg(feature = "mysql")]
+async fn open_mysql(url: &str, scope: &str) -> std::result::Result<Opened, String> {
+    use crate::idempotency::MySqlStore;
+    let shown = polyq_amqp::redact_url(url);
+    let fail = |e: Error| format!("MariaDB at {shown}: {}", polyq_amqp::error_chain(&e));
+    let pool = sqlx::MySqlPool::connect(url)
+        .await
+        .map_err(|e| format!("MariaDB at {shown}: {e}"))?;
+    let table = format!("bq_idempotency_conformance_{scope}");
+    let store = MySqlStore::new(pool.clone()).table(&table).map_err(fail)?;
+    store.migrate().await.map_err(fail)?;
+    let mut opened = Opened::seen_set(store);
+    opened.drop_table = Some(drop_table!(pool, table));
+    Ok(opened)
+}
+
+#[cfg(not(feature = "mysql"))]
+async fn open_mysql(_: &str, _: &str) -> std::result::Result<Opened, String> {
+    Err("this build has no MariaDB store (feature `mysql`)".to_owned())
 }
 
 fn optional_int(case: &Value, key: &str) -> std::result::Result<Option<i64>, String> {

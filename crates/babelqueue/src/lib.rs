@@ -51,8 +51,8 @@
 //! - [`doctor`]: a stored job and a queue's keys judged against the contract, as `polyq doctor`
 //!   reports them.
 //! - The optional helpers: [`idempotency`] (dedupe on `meta.id`, a worker option, with
-//!   in-memory, Redis and PostgreSQL stores), [`schema`] (payload schemas
-//!   per URN), [`urn`] (the recommended URN form, a lint).
+//!   in-memory, Redis and PostgreSQL stores, and a seen-set on MariaDB or MySQL), [`schema`]
+//!   (payload schemas per URN), [`urn`] (the recommended URN form, a lint).
 //!
 //! ## The transports: where bytes meet each broker
 //!
@@ -89,7 +89,11 @@
 //!   runner's `redis` section.
 //! - `postgres`: the transactional outbox of ADR-0029 on PostgreSQL through `sqlx` (module
 //!   `outbox`: `Outbox::write` in the caller's transaction, `PgOutboxStore`; without it the
-//!   module has the in-memory `MemoryOutboxStore` and the `OutboxRelay`).
+//!   module has the in-memory `MemoryOutboxStore` and the `OutboxRelay`), and the PostgreSQL
+//!   idempotency stores.
+//! - `mysql`: the seen-set idempotency store on MariaDB or MySQL (`idempotency::MySqlStore`) and
+//!   the conformance runner's `idempotency/mysql` sequences; no claiming store and no outbox on
+//!   MariaDB.
 //!
 //! # Further reading
 //!

@@ -33,13 +33,14 @@ fn failures(cases: &[CaseResult]) -> Vec<String> {
 fn vendored_canonical_suite_passes_every_case() {
     let options = Options::default()
         .redis_url(polyq_testkit::redis_url())
-        .postgres_url(polyq_testkit::postgres_url());
+        .postgres_url(polyq_testkit::postgres_url())
+        .mysql_url(polyq_testkit::mariadb_url());
     let (summary, cases) = run(&repo().join("fixtures/babelqueue/conformance"), &options);
     assert_eq!(failures(&cases), Vec::<String>::new());
     assert_eq!(summary.failed, 0);
     // 6 cases, 7 idempotency, 13 SQS, 7 ASB, 7 Pulsar, 6 Kafka, 7 Artemis, 1 Redis, 1 RabbitMQ,
-    // 7 schema; then the 6 idempotency sequences again on each of the other five stores.
-    assert_eq!(summary.passed, 56 + 5 * 6);
+    // 7 schema; then the 6 idempotency sequences again on each of the other six stores.
+    assert_eq!(summary.passed, 56 + 6 * 6);
     assert!(cases.iter().any(|c| c.name == "redis/payload_identity"));
     for store in [
         "memory-claiming",
@@ -47,6 +48,7 @@ fn vendored_canonical_suite_passes_every_case() {
         "redis-claiming",
         "postgres",
         "postgres-claiming",
+        "mysql",
     ] {
         let name = format!("idempotency/{store}/duplicate-delivery-runs-once");
         assert!(cases.iter().any(|c| c.name == name), "{name}");

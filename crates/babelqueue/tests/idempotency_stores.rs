@@ -1,17 +1,17 @@
-//! The persistent idempotency stores' own contract on the real Redis and PostgreSQL, beyond the
+//! The persistent idempotency stores' own contract on the real Redis, PostgreSQL and MariaDB, beyond the
 //! conformance sequences: a claim is not a commit, a release leaves a commit alone, an expired
 //! claim (a consumer that died holding it) is taken over, an expired seen-set row counts as absent,
 //! and the rows and keys are the upstream layouts'. Expiry is made by moving the stored expiry
 //! into the past, never by waiting.
 
-#![cfg(all(feature = "redis", feature = "postgres"))]
+#![cfg(all(feature = "redis", feature = "postgres", feature = "mysql"))]
 
 mod runtime_support;
 
 use std::time::Duration;
 
 use babelqueue::idempotency::{
-    Claim, ClaimingStore, IdempotencyStore, PostgresClaimingStore, PostgresStore,
+    Claim, ClaimingStore, IdempotencyStore, MySqlStore, PostgresClaimingStore, PostgresStore,
     RedisClaimingStore, RedisStore,
 };
 use polyq_testkit::brokers::DeleteRedisKeys;
@@ -175,22 +175,16 @@ async fn postgres_claiming_store() {
     assert_eq!((state.as_str(), expires), ("seen", None));
 }
 
-#[tokio::test]
-async fn postgres_seen_set_treats_an_expired_row_as_absent() {
-    let (pool, table, _dropped) = table().await;
-    let store = PostgresStore::new(pool.clone())
-        .table(&table)
-        .unwrap()
-        .ttl(TTL);
-    store.migrate().await.unwrap();
+/// A seen-set row past its TTL counts as absent, is taken over by the next remember, and is
+/// what `purge` deletes; `expire` moves a row's expiry into the past.
+async fn seen_set_expiry_contract(
+    store: &dyn IdempotencyStore,
+    expire: impl AsyncFn(&str),
+    purge: impl AsyncFn() -> u64,
+) {
     store.remember("id-A").await.unwrap();
     assert!(store.seen("id-A").await.unwrap());
-    sqlx::query(&format!(
-        "UPDATE {table} SET expires_at = now() - interval '1 second' WHERE message_id = 'id-A'"
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
+    expire("id-A").await;
     assert!(
         !store.seen("id-A").await.unwrap(),
         "expired counts as absent"
@@ -201,15 +195,159 @@ async fn postgres_seen_set_treats_an_expired_row_as_absent() {
         "an expired row is taken over"
     );
     store.remember("id-B").await.unwrap();
-    sqlx::query(&format!(
-        "UPDATE {table} SET expires_at = now() - interval '1 second' WHERE message_id = 'id-B'"
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
-    assert_eq!(store.purge_expired().await.unwrap(), 1);
+    expire("id-B").await;
+    assert_eq!(purge().await, 1);
     store.forget("id-A").await.unwrap();
     assert!(!store.seen("id-A").await.unwrap());
+}
+
+#[tokio::test]
+async fn postgres_seen_set_treats_an_expired_row_as_absent() {
+    let (pool, table, _dropped) = table().await;
+    let store = PostgresStore::new(pool.clone())
+        .table(&table)
+        .unwrap()
+        .ttl(TTL);
+    store.migrate().await.unwrap();
+    let expire = async |id: &str| {
+        sqlx::query(&format!(
+            "UPDATE {table} SET expires_at = now() - interval '1 second' WHERE message_id = $1"
+        ))
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    };
+    seen_set_expiry_contract(&store, expire, async || {
+        store.purge_expired().await.unwrap()
+    })
+    .await;
+}
+
+/// A pool on MariaDB and a table name of this test's own, and the guard that drops the table,
+/// also when the test fails.
+async fn mysql_table() -> (sqlx::MySqlPool, String, polyq_testkit::mysql::DropTables) {
+    let pool = sqlx::MySqlPool::connect(&polyq_testkit::mariadb_url())
+        .await
+        .unwrap();
+    let name = polyq_testkit::unique_name("bq_idem_store").replace('.', "_");
+    let dropped = polyq_testkit::mysql::DropTables::new([&name]);
+    (pool, name, dropped)
+}
+
+#[tokio::test]
+async fn mysql_seen_set_treats_an_expired_row_as_absent() {
+    let (pool, table, _dropped) = mysql_table().await;
+    let store = MySqlStore::new(pool.clone())
+        .table(&table)
+        .unwrap()
+        .ttl(TTL);
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    let expire = async |id: &str| {
+        sqlx::query(&format!(
+            "UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND \
+             WHERE message_id = ?"
+        ))
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    };
+    seen_set_expiry_contract(&store, expire, async || {
+        store.purge_expired().await.unwrap()
+    })
+    .await;
+}
+
+/// The MariaDB seen-set keeps the Go layout's columns, remembers without a TTL as a NULL
+/// expiry, compares ids exactly, and refuses an id its key column cannot hold.
+#[tokio::test]
+async fn mysql_seen_set_keeps_the_go_columns() {
+    let (pool, table, _dropped) = mysql_table().await;
+    let store = MySqlStore::new(pool.clone()).table(&table).unwrap();
+    store.migrate().await.unwrap();
+    let columns: String = sqlx::query_scalar(
+        "SELECT GROUP_CONCAT(column_name ORDER BY column_name) FROM information_schema.columns \
+         WHERE table_schema = DATABASE() AND table_name = ?",
+    )
+    .bind(&table)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(columns, "created_at,expires_at,message_id");
+    store.remember("id-A").await.unwrap();
+    store.remember("id-A").await.unwrap();
+    let (rows, without_expiry): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT COUNT(*), CAST(SUM(expires_at IS NULL) AS SIGNED) FROM {table}"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((rows, without_expiry), (1, 1), "one row, no expiry");
+    assert!(!store.seen("ID-A").await.unwrap(), "ids differ by case");
+    let refused = store.remember(&"x".repeat(256)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(babelqueue::Error::StoreFailed { store: "mysql", .. })
+        ),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn mysql_the_shipped_migration_creates_the_default_table() {
+    // In a database of its own (one connection, `USE`), so the default name is free.
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&polyq_testkit::mariadb_url())
+        .await
+        .unwrap();
+    let database = polyq_testkit::unique_name("bq_idem_migration").replace('.', "_");
+    let _dropped = polyq_testkit::mysql::DropDatabases::new([&database]);
+    sqlx::raw_sql(&format!("CREATE DATABASE {database}"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!("USE {database}"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let store = MySqlStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    let found: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name, GROUP_CONCAT(column_name ORDER BY column_name) \
+         FROM information_schema.columns WHERE table_schema = ? GROUP BY table_name",
+    )
+    .bind(&database)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        found,
+        [(
+            "babelqueue_idempotency".to_owned(),
+            "created_at,expires_at,message_id".to_owned()
+        )]
+    );
+}
+
+/// An unreachable MariaDB fails each call with a store error, never an answer.
+#[tokio::test]
+async fn mysql_an_unreachable_database_fails_each_call() {
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("mysql://root@127.0.0.1:1/test")
+        .unwrap();
+    let store = MySqlStore::new(pool);
+    let seen = store.seen("id-A").await;
+    assert!(
+        matches!(&seen, Err(e @ babelqueue::Error::StoreFailed { store: "mysql", .. }) if e.is_transient()),
+        "{seen:?}"
+    );
+    assert!(store.remember("id-A").await.is_err());
 }
 
 #[tokio::test]

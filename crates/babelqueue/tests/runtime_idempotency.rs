@@ -1,10 +1,10 @@
-//! Idempotent consumers on every binding with every store, the Redis and PostgreSQL ones on the
-//! real servers: a job delivered twice to two workers has one side effect; under a claiming
+//! Idempotent consumers on every binding with every store, the Redis, PostgreSQL and MariaDB ones
+//! on the real servers: a job delivered twice to two workers has one side effect; under a claiming
 //! store, a duplicate delivered while the winner runs waits for it and is then skipped; a store
 //! that cannot answer fails the delivery into the retry path and then the dead-letter queue,
 //! never acknowledged, never dropped, as AceMQ does.
 
-#![cfg(all(feature = "redis", feature = "postgres"))]
+#![cfg(all(feature = "redis", feature = "postgres", feature = "mysql"))]
 
 mod runtime_support;
 
@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use babelqueue::idempotency::{
-    Idempotency, InMemoryClaimingStore, InMemoryStore, PostgresClaimingStore, PostgresStore,
-    RedisClaimingStore, RedisStore,
+    Idempotency, InMemoryClaimingStore, InMemoryStore, MySqlStore, PostgresClaimingStore,
+    PostgresStore, RedisClaimingStore, RedisStore,
 };
 use babelqueue::transport::{ConnectOptions, Transport};
 use babelqueue::worker::{BoxError, JobContext, JobInterceptor};
@@ -33,6 +33,7 @@ enum Store {
     Memory,
     Redis,
     Postgres,
+    MySql,
     MemoryClaiming,
     RedisClaiming,
     PostgresClaiming,
@@ -43,6 +44,7 @@ struct Opened {
     option: Idempotency,
     _keys: Option<DeleteRedisKeys>,
     _table: Option<DropTables>,
+    _mysql_table: Option<polyq_testkit::mysql::DropTables>,
 }
 
 impl Opened {
@@ -56,6 +58,7 @@ impl Opened {
             option: Idempotency::seen_set(Arc::new(InMemoryStore::new())),
             _keys: None,
             _table: None,
+            _mysql_table: None,
         };
         opened.option = match store {
             Store::Memory => opened.option,
@@ -75,6 +78,15 @@ impl Opened {
                 let store = PostgresStore::new(pool().await.unwrap())
                     .table(&table)
                     .unwrap();
+                store.migrate().await.unwrap();
+                Idempotency::seen_set(Arc::new(store))
+            }
+            Store::MySql => {
+                opened._mysql_table = Some(polyq_testkit::mysql::DropTables::new([&table]));
+                let pool = sqlx::MySqlPool::connect(&polyq_testkit::mariadb_url())
+                    .await
+                    .unwrap();
+                let store = MySqlStore::new(pool).table(&table).unwrap();
                 store.migrate().await.unwrap();
                 Idempotency::seen_set(Arc::new(store))
             }
@@ -201,6 +213,15 @@ fn unreachable_postgres() -> Idempotency {
     Idempotency::seen_set(Arc::new(PostgresStore::new(pool)))
 }
 
+/// A MariaDB store on a port nothing listens on.
+fn unreachable_mysql() -> Idempotency {
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("mysql://root@127.0.0.1:1/test")
+        .unwrap();
+    Idempotency::seen_set(Arc::new(MySqlStore::new(pool)))
+}
+
 /// A Redis claiming store on a port nothing listens on.
 fn unreachable_redis() -> Idempotency {
     let client = redis::Client::open("redis://127.0.0.1:1/0").unwrap();
@@ -281,7 +302,7 @@ mod two_workers_one_effect {
     use super::*;
     with_each_store!(
         two_workers_one_effect;
-        Memory, Redis, Postgres, MemoryClaiming, RedisClaiming, PostgresClaiming
+        Memory, Redis, Postgres, MySql, MemoryClaiming, RedisClaiming, PostgresClaiming
     );
 }
 
@@ -319,6 +340,14 @@ mod an_unreachable_store_fails_into_the_retry_path {
     async fn postgres_on_redis() {
         run(Broker::Redis, |broker| {
             an_unreachable_store_fails_into_the_retry_path(broker, unreachable_postgres())
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_on_memory() {
+        run(Broker::Memory, |broker| {
+            an_unreachable_store_fails_into_the_retry_path(broker, unreachable_mysql())
         })
         .await;
     }

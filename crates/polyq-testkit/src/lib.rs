@@ -6,6 +6,8 @@
 pub mod brokers;
 pub mod child;
 mod guard;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod proxy;
@@ -58,6 +60,21 @@ pub fn postgres_url() -> String {
     let url =
         std::env::var("POLYQ_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned());
     require_reachable("PostgreSQL", &url, 5432);
+    url
+}
+
+/// Default MariaDB URL (root with an empty password, database `test`); override with
+/// `POLYQ_MARIADB_URL`.
+pub const DEFAULT_MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// The MariaDB (or MySQL) URL for store tests, after checking that the server accepts TCP
+/// connections.
+///
+/// # Panics
+/// When the server cannot be reached, naming it and the URL (credentials hidden).
+pub fn mariadb_url() -> String {
+    let url = std::env::var("POLYQ_MARIADB_URL").unwrap_or_else(|_| DEFAULT_MARIADB_URL.to_owned());
+    require_reachable("MariaDB", &url, 3306);
     url
 }
 

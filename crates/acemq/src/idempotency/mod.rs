@@ -22,8 +22,9 @@
 //!
 //! Stores: [`InMemoryIdempotencyStore`] (one process; the embedded default and the test of the
 //! semantics), [`postgres::PostgresIdempotencyStore`] (feature `postgres`, the Java port's
-//! table layout) and [`redis::RedisIdempotencyStore`] (feature `redis`). A store only
-//! deduplicates the delivery: work written to another database is not covered by it.
+//! table layout), [`mysql::MySqlIdempotencyStore`] (feature `mysql`, the same layout on MariaDB
+//! or MySQL) and [`redis::RedisIdempotencyStore`] (feature `redis`). A store only deduplicates
+//! the delivery: work written to another database is not covered by it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -81,6 +82,8 @@ macro_rules! lease_setters {
         }
     };
 }
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -155,7 +158,7 @@ pub enum StoreError {
     /// The store's backend failed or could not be reached; the delivery is tried again.
     #[error("the {store} idempotency store could not {operation}; check that it is reachable")]
     Backend {
-        /// `postgres` or `redis`.
+        /// `postgres`, `mysql` or `redis`.
         store: &'static str,
         /// What was asked, such as `claim key \`order-17\``.
         operation: String,
@@ -171,14 +174,52 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A key longer than the table's `message_id` column holds (255 characters): derive a
+    /// shorter key, such as a hash of the long one.
+    #[error("a key of {length} characters is longer than the {limit} an idempotency table holds")]
+    KeyTooLong {
+        /// The key's length in characters.
+        length: usize,
+        /// The most the column holds.
+        limit: usize,
+    },
 }
 
 impl StoreError {
     /// Whether trying again later may succeed: `true` for a backend failure, `false` for a
-    /// refused name.
+    /// refused name or key.
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Backend { .. })
     }
+}
+
+/// Refuses anything but a plain SQL identifier, the one form every SQL store can splice into
+/// its statements.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn check_identifier(name: &str) -> Result<(), StoreError> {
+    let invalid = |reason| {
+        Err(StoreError::InvalidName {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return invalid("it is empty"),
+        Some(first) if !(first.is_ascii_alphabetic() || first == '_') => {
+            return invalid("it must start with an ASCII letter or an underscore");
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return invalid("only ASCII letters, digits and underscores are allowed");
+    }
+    // Leaves room for the index name `<table>_expiry` within PostgreSQL's 63 bytes (MySQL's
+    // limit, 64, is looser).
+    if name.len() > 56 {
+        return invalid("it must be at most 56 bytes long");
+    }
+    Ok(())
 }
 
 /// How the consumer derives the key from a message, when not by its envelope id.
@@ -191,7 +232,7 @@ pub(crate) fn node_id() -> String {
 
 /// Keys remembered in this process: the embedded default, and the test of the semantics.
 /// Useless across several instances (a redelivery to another instance finds nothing), for which
-/// the PostgreSQL or Redis store is meant. Clones share the same keys.
+/// the PostgreSQL, MariaDB or Redis store is meant. Clones share the same keys.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -335,6 +376,19 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    #[test]
+    fn only_plain_identifiers_name_a_table() {
+        assert!(check_identifier("acemq_idempotency").is_ok());
+        assert!(check_identifier("_t1").is_ok());
+        for bad in ["", "1t", "a-b", "a.b", "t; DROP TABLE x", &"t".repeat(57)] {
+            assert!(
+                matches!(check_identifier(bad), Err(StoreError::InvalidName { .. })),
+                "{bad:?} was accepted"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn claim_confirm_and_release_follow_the_reference() {

@@ -20,7 +20,9 @@ use futures_util::future::BoxFuture;
 use polyq_runtime::coalesce::{BatchFn, Coalescer, distinct_sorted};
 use sqlx::{PgPool, Row};
 
-use super::{CLAIMED, CONFIRMED, ClaimResult, IdempotencyStore, Lease, StoreError, node_id};
+use super::{
+    CLAIMED, CONFIRMED, ClaimResult, IdempotencyStore, Lease, StoreError, check_identifier, node_id,
+};
 
 /// Keys one statement claims or confirms at most.
 const MAX_BATCH: usize = 256;
@@ -288,32 +290,6 @@ fn confirms(
     Coalescer::new(MAX_BATCH, CONCURRENT_BATCHES, run)
 }
 
-/// Refuses anything but a plain SQL identifier.
-fn check_identifier(name: &str) -> Result<(), StoreError> {
-    let invalid = |reason| {
-        Err(StoreError::InvalidName {
-            name: name.to_owned(),
-            reason,
-        })
-    };
-    let mut chars = name.chars();
-    match chars.next() {
-        None => return invalid("it is empty"),
-        Some(first) if !(first.is_ascii_alphabetic() || first == '_') => {
-            return invalid("it must start with an ASCII letter or an underscore");
-        }
-        Some(_) => {}
-    }
-    if !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return invalid("only ASCII letters, digits and underscores are allowed");
-    }
-    // Leaves room for the index name `<table>_expiry` within PostgreSQL's 63 bytes.
-    if name.len() > 56 {
-        return invalid("it must be at most 56 bytes long");
-    }
-    Ok(())
-}
-
 impl IdempotencyStore for PostgresIdempotencyStore {
     fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<ClaimResult, StoreError>> {
         Box::pin(async move {
@@ -361,18 +337,6 @@ impl IdempotencyStore for PostgresIdempotencyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_plain_identifiers_name_a_table() {
-        assert!(check_identifier("acemq_idempotency").is_ok());
-        assert!(check_identifier("_t1").is_ok());
-        for bad in ["", "1t", "a-b", "a.b", "t; DROP TABLE x", &"t".repeat(57)] {
-            assert!(
-                matches!(check_identifier(bad), Err(StoreError::InvalidName { .. })),
-                "{bad:?} was accepted"
-            );
-        }
-    }
 
     #[test]
     fn the_migration_names_the_table_everywhere() {

@@ -61,6 +61,30 @@ pub(crate) enum Failure {
     Permanent { max_attempts: i32 },
 }
 
+/// `name` as an outbox table's name, which reaches SQL by interpolation: only a plain identifier
+/// passes.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn table_name(name: &str) -> Result<String, OutboxError> {
+    if polyq_runtime::outbox::is_plain_sql_identifier(name) {
+        Ok(name.to_owned())
+    } else {
+        Err(OutboxError::InvalidTable(name.to_owned()))
+    }
+}
+
+/// The error of a statement doing `operation` on `table` that the database refused.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn database_error<'a>(
+    operation: &'static str,
+    table: &'a str,
+) -> impl FnOnce(sqlx::Error) -> OutboxError + 'a {
+    move |source| OutboxError::Database {
+        operation,
+        table: table.to_owned(),
+        source,
+    }
+}
+
 /// The reason as stored: bounded, since a wrapped error chain can be long and a broker's reason
 /// fits in far less (the Java port bounds it at 1000 too).
 pub(crate) fn truncate(reason: &str) -> &str {

@@ -25,7 +25,7 @@ pub enum OutboxError {
     #[error("could not build the outbox message")]
     Message(#[source] RuntimeError),
     /// A statement against the outbox table failed.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     #[error("could not {operation} the outbox table `{table}`")]
     Database {
         /// What was being done.
@@ -43,7 +43,7 @@ impl OutboxError {
     /// exhausted, not a mistake in the statement or the configuration.
     pub fn is_transient(&self) -> bool {
         match self {
-            #[cfg(feature = "postgres")]
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             Self::Database { source, .. } => polyq_runtime::outbox::sqlx_is_transient(source),
             Self::Message(error) => error.is_transient(),
             Self::InvalidTable(_) | Self::InvalidOption { .. } => false,
@@ -52,7 +52,7 @@ impl OutboxError {
 
     /// Whether the database connection was lost or could not be had.
     pub fn is_connection(&self) -> bool {
-        #[cfg(feature = "postgres")]
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
         if let Self::Database { source, .. } = self {
             return polyq_runtime::outbox::sqlx_is_connection(source);
         }

@@ -1,8 +1,8 @@
 //! The transactional outbox: a message is written in the caller's own database transaction,
 //! with the business change it announces, and a relay publishes it once that transaction has
-//! committed. On PostgreSQL with the feature `postgres` ([`Outbox`]), or in the process
-//! ([`MemoryOutbox`], the embedded default beside `memory://`); one [`OutboxRelay`] publishes
-//! from either.
+//! committed. On PostgreSQL with the feature `postgres` ([`Outbox`]), on MariaDB or MySQL with
+//! the feature `mysql` ([`MySqlOutbox`]), or in the process ([`MemoryOutbox`], the embedded
+//! default beside `memory://`); one [`OutboxRelay`] publishes from any of them.
 //!
 //! [`Outbox::record`] builds the message exactly as the [`Publisher`] would send it (the
 //! envelope stamped and intercepted, the body encoded, properties and envelope headers written)
@@ -11,7 +11,9 @@
 //! [`OutboxRelay`], now or after a restart, with the stored bytes unchanged.
 //!
 //! The table is created by [`migrate`] from `migrations/postgres/0001_outbox.sql`, the Go port's
-//! `acemq_outbox` layout with the relay's lease columns added (see `docs/INTEROP.md`).
+//! `acemq_outbox` layout with the relay's lease columns added (see `docs/INTEROP.md`); on
+//! MariaDB by [`MySqlOutbox::migrate`] from `migrations/mysql/0001_outbox.sql`, the same
+//! columns with MySQL's types.
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
@@ -37,6 +39,8 @@
 mod backend;
 mod error;
 mod memory;
+#[cfg(feature = "mysql")]
+mod mysql;
 mod relay;
 mod row;
 #[cfg(feature = "postgres")]
@@ -61,6 +65,11 @@ use crate::{Envelope, Publisher};
 use row::StoredMessage;
 #[cfg(feature = "postgres")]
 use store::Table;
+
+#[cfg(feature = "mysql")]
+use mysql::MySqlTable;
+#[cfg(feature = "mysql")]
+use sqlx::{MySqlConnection, MySqlPool};
 
 /// The row a send of `payload` through `publisher` would put on the wire, and the envelope
 /// as it will be sent; its message id is the row's id.
@@ -179,6 +188,119 @@ impl Outbox {
     async fn write<T: ?Sized, E: Encode<T>>(
         &self,
         tx: &mut PgConnection,
+        publisher: &Publisher<T, E>,
+        payload: &T,
+        envelope: Option<Envelope>,
+    ) -> Result<Envelope, OutboxError> {
+        let (row, envelope) = stored(publisher, payload, envelope)?;
+        self.table.insert(tx, &row).await?;
+        Ok(envelope)
+    }
+}
+
+/// The writing half of the outbox on MariaDB or MySQL: records messages in the caller's
+/// transaction, as [`Outbox`] does on PostgreSQL, into the same columns.
+///
+/// ```no_run
+/// # async fn run(db: sqlx::MySqlPool, mq: acemq::AceMq) -> Result<(), Box<dyn std::error::Error>> {
+/// use acemq::outbox::{MySqlOutbox, OutboxRelay};
+///
+/// let outbox = MySqlOutbox::new();
+/// outbox.migrate(&db).await?;
+/// let orders = mq.publisher::<serde_json::Value>("", "orders.new");
+/// let mut tx = db.begin().await?;
+/// outbox.record(&mut tx, &orders, &serde_json::json!({"id": 7})).await?;
+/// tx.commit().await?;
+/// OutboxRelay::builder_mysql(db, &mq).build()?.drain(10).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[cfg(feature = "mysql")]
+#[derive(Debug, Clone)]
+pub struct MySqlOutbox {
+    table: MySqlTable,
+}
+
+#[cfg(feature = "mysql")]
+impl Default for MySqlOutbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl MySqlOutbox {
+    /// The outbox in the default table, `acemq_outbox`.
+    pub fn new() -> Self {
+        Self {
+            table: MySqlTable::default_table(),
+        }
+    }
+
+    /// The outbox in `table`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidTable`] when `table` is not a plain SQL identifier.
+    pub fn in_table(table: &str) -> Result<Self, OutboxError> {
+        Ok(Self {
+            table: MySqlTable::new(table)?,
+        })
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        self.table.name()
+    }
+
+    /// Creates this outbox's table and index if they are not there yet.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn migrate(&self, db: &MySqlPool) -> Result<(), OutboxError> {
+        self.table.migrate(db).await
+    }
+
+    /// Pending and failed rows and the lag, as [`Outbox::status`] counts them.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn status(&self, db: &MySqlPool) -> Result<OutboxStatus, OutboxError> {
+        self.table
+            .status(db, i32::try_from(DEFAULT_MAX_ATTEMPTS).unwrap_or(i32::MAX))
+            .await
+    }
+
+    /// Writes the message a send of `payload` through `publisher` would put on the wire, in
+    /// the caller's transaction `tx`, as [`Outbox::record`] does.
+    ///
+    /// # Errors
+    /// As [`Outbox::record`].
+    pub async fn record<T: ?Sized, E: Encode<T>>(
+        &self,
+        tx: &mut MySqlConnection,
+        publisher: &Publisher<T, E>,
+        payload: &T,
+    ) -> Result<Envelope, OutboxError> {
+        self.write(tx, publisher, payload, None).await
+    }
+
+    /// [`MySqlOutbox::record`] with the envelope given, as [`Publisher::send_with`] takes it.
+    ///
+    /// # Errors
+    /// As [`Outbox::record`].
+    pub async fn record_with<T: ?Sized, E: Encode<T>>(
+        &self,
+        tx: &mut MySqlConnection,
+        publisher: &Publisher<T, E>,
+        payload: &T,
+        envelope: Envelope,
+    ) -> Result<Envelope, OutboxError> {
+        self.write(tx, publisher, payload, Some(envelope)).await
+    }
+
+    async fn write<T: ?Sized, E: Encode<T>>(
+        &self,
+        tx: &mut MySqlConnection,
         publisher: &Publisher<T, E>,
         payload: &T,
         envelope: Option<Envelope>,

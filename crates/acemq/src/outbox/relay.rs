@@ -95,15 +95,24 @@ enum Source {
         db: sqlx::PgPool,
         table: String,
     },
+    #[cfg(feature = "mysql")]
+    MySql {
+        db: sqlx::MySqlPool,
+        table: String,
+    },
     Memory(MemoryOutbox),
 }
 
 impl OutboxRelayBuilder {
     /// The outbox table (default `acemq_outbox`); an in-memory outbox has none, and ignores it.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub fn table(mut self, table: impl Into<String>) -> Self {
-        if let Source::Postgres { table: name, .. } = &mut self.source {
-            *name = table.into();
+        match &mut self.source {
+            #[cfg(feature = "postgres")]
+            Source::Postgres { table: name, .. } => *name = table.into(),
+            #[cfg(feature = "mysql")]
+            Source::MySql { table: name, .. } => *name = table.into(),
+            Source::Memory(_) => {}
         }
         self
     }
@@ -156,7 +165,8 @@ impl OutboxRelayBuilder {
     /// last marks and leases: those rows are published again, duplicates with the same message
     /// id, never lost, since the rows themselves were committed by the application's own
     /// transaction under its own settings. `true` trades relay throughput for fewer such
-    /// duplicates after a database crash.
+    /// duplicates after a database crash. PostgreSQL's `synchronous_commit`: on MariaDB the
+    /// server's own settings decide, and this changes nothing.
     pub fn synchronous_commit(mut self, wait: bool) -> Self {
         self.synchronous_commit = wait;
         self
@@ -199,6 +209,11 @@ impl OutboxRelayBuilder {
             Source::Postgres { db, table } => Arc::new(crate::outbox::store::PgBackend {
                 db,
                 table: crate::outbox::store::Table::new(&table)?,
+            }),
+            #[cfg(feature = "mysql")]
+            Source::MySql { db, table } => Arc::new(crate::outbox::mysql::MySqlBackend {
+                db,
+                table: crate::outbox::mysql::MySqlTable::new(&table)?,
             }),
             Source::Memory(outbox) => Arc::new(outbox),
         };
@@ -268,6 +283,19 @@ impl OutboxRelay {
             Source::Postgres {
                 db,
                 table: crate::outbox::DEFAULT_TABLE.to_owned(),
+            },
+            mq,
+        )
+    }
+
+    /// A relay publishing through `mq`'s connection, reading the MariaDB or MySQL `db` (see
+    /// [`MySqlOutbox`](crate::outbox::MySqlOutbox)).
+    #[cfg(feature = "mysql")]
+    pub fn builder_mysql(db: sqlx::MySqlPool, mq: &AceMq) -> OutboxRelayBuilder {
+        Self::from_source(
+            Source::MySql {
+                db,
+                table: crate::outbox::mysql::DEFAULT_TABLE.to_owned(),
             },
             mq,
         )

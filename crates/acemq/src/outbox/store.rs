@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use futures_util::future::BoxFuture;
 
-use crate::outbox::backend::{Backend, Failure, truncate};
+use crate::outbox::backend::{Backend, Failure, database_error, table_name, truncate};
 use crate::outbox::error::OutboxError;
 use crate::outbox::row::StoredMessage;
 
@@ -26,11 +26,7 @@ pub(crate) struct Table(String);
 
 impl Table {
     pub fn new(name: &str) -> Result<Self, OutboxError> {
-        if polyq_runtime::outbox::is_plain_sql_identifier(name) {
-            Ok(Self(name.to_owned()))
-        } else {
-            Err(OutboxError::InvalidTable(name.to_owned()))
-        }
+        Ok(Self(table_name(name)?))
     }
 
     pub fn default_table() -> Self {
@@ -42,11 +38,7 @@ impl Table {
     }
 
     fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> OutboxError + '_ {
-        move |source| OutboxError::Database {
-            operation,
-            table: self.0.clone(),
-            source,
-        }
+        database_error(operation, &self.0)
     }
 
     /// Creates the table and its index if they are not there yet.

@@ -5,10 +5,12 @@
 //! - [`IdempotencyStore`], the seen-set: post-success dedupe. Not exactly-once delivery and not
 //!   an in-flight lock: two concurrent deliveries of one id may both run; a redelivery after a
 //!   success is skipped. [`run_once`] is the wrapper; [`InMemoryStore`] the embedded default,
-//!   `RedisStore` (feature `redis`) and `PostgresStore` (feature `postgres`) the shared ones.
+//!   `RedisStore` (feature `redis`), `PostgresStore` (feature `postgres`) and `MySqlStore`
+//!   (feature `mysql`, MariaDB or MySQL) the shared ones.
 //! - [`ClaimingStore`], the seen-set plus an atomic claim (PHP's `ClaimingStore`): of concurrent
 //!   deliveries of one id exactly one runs; the others wait until the winner commits and are then
-//!   skipped. [`run_claimed`] is the wrapper.
+//!   skipped. [`run_claimed`] is the wrapper; `RedisClaimingStore` and `PostgresClaimingStore`
+//!   the shared ones (none on MariaDB).
 //!
 //! The worker takes either as an option ([`Idempotency`], given to
 //! [`Worker::idempotent`](crate::worker::Worker::idempotent) for every URN or to
@@ -20,6 +22,8 @@
 //! logged and the message acknowledged: the documented at-least-once window.
 
 mod claiming;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
@@ -33,14 +37,20 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+#[cfg(feature = "mysql")]
+pub use self::mysql::{MYSQL_SEEN_SET_MIGRATION, MySqlStore};
 #[cfg(feature = "postgres")]
 pub use self::postgres::{
     CLAIMING_MIGRATION, CLAIMING_TABLE, PostgresClaimingStore, PostgresStore, SEEN_SET_MIGRATION,
-    SEEN_SET_TABLE, migrate,
+    migrate,
 };
 #[cfg(feature = "redis")]
 pub use self::redis::{RedisClaimingStore, RedisStore};
 pub use claiming::{Claim, ClaimingStore, InMemoryClaimingStore, run_claimed};
+
+/// The seen-set's table unless told otherwise (the Go SDK's), on PostgreSQL and MariaDB alike.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub const SEEN_SET_TABLE: &str = "babelqueue_idempotency";
 
 /// The future a store method returns.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
@@ -304,8 +314,29 @@ impl Idempotency {
     }
 }
 
+/// A table name is written into the SQL, never bound: only `[A-Za-z_][A-Za-z0-9_]*`, at most 63
+/// bytes (PostgreSQL's identifier length; MySQL's is 64).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn checked_table(table: String, option: &'static str) -> Result<String> {
+    let mut chars = table.chars();
+    let plain = chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && table.len() <= 63;
+    if !plain {
+        return Err(Error::InvalidOption {
+            option,
+            reason: format!(
+                "{table:?} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)"
+            ),
+        });
+    }
+    Ok(table)
+}
+
 /// The error of a persistent store that could not do `operation`.
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 pub(crate) fn failed<E: std::error::Error + Send + Sync + 'static>(
     store: &'static str,
     operation: &'static str,
@@ -320,6 +351,15 @@ pub(crate) fn failed<E: std::error::Error + Send + Sync + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    #[test]
+    fn table_names_are_plain_identifiers() {
+        assert!(checked_table("bq_idem_2".to_owned(), "table").is_ok());
+        for bad in ["", "2x", "a-b", "a;drop", &"x".repeat(64)] {
+            assert!(checked_table(bad.to_owned(), "table").is_err(), "{bad:?}");
+        }
+    }
 
     struct Broken;
     impl IdempotencyStore for Broken {

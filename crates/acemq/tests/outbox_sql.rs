@@ -1,22 +1,23 @@
-//! The transactional outbox on the real PostgreSQL, relayed to the embedded broker and to
-//! RabbitMQ: the message commits or rolls back with the business row, the relay publishes what
-//! the publisher would have sent, two relays never publish a row twice, a malformed row is
+//! The transactional outbox on the real PostgreSQL and MariaDB, relayed to the embedded broker
+//! and to RabbitMQ: the message commits or rolls back with the business row, the relay publishes
+//! what the publisher would have sent, two relays never publish a row twice, a malformed row is
 //! failed without stopping the relay, and a refused publish is retried after its backoff.
 
 mod common;
+#[macro_use]
+#[path = "common/outbox_db.rs"]
+mod outbox_db;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use acemq::Envelope;
-use acemq::outbox::{Outbox, OutboxRelay};
 use common::{Env, LIMIT};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use outbox_db::{Db, Store, Tables};
 use polyq_amqp::QueueSpec;
-use polyq_testkit::postgres::DropTables;
 use serde_json::{Value, json};
-use sqlx::{PgPool, Row};
+use sqlx::Row;
 
 /// `acemq.outbox.total` by table and outcome, and `acemq.outbox.lag` by table.
 #[derive(Default)]
@@ -83,82 +84,36 @@ fn outbox_meters(table: &str) -> (u64, u64, Option<f64>) {
     )
 }
 
-/// A unique outbox table and business table, dropped with it, also when the test fails.
-struct Tables {
-    db: PgPool,
-    outbox: Outbox,
-    business: String,
-    _dropped: DropTables,
+/// `each_db!(name)` runs `async fn name(env, db)` on both brokers with each database: the tests
+/// `name::postgres::memory`, `name::postgres::rabbitmq`, `name::mysql::memory` and
+/// `name::mysql::rabbitmq`.
+macro_rules! each_db {
+    ($name:ident) => {
+        mod $name {
+            use super::{Db, Env};
+
+            async fn postgres(env: &'static Env) {
+                super::$name(env, Db::Postgres).await;
+            }
+
+            async fn mysql(env: &'static Env) {
+                super::$name(env, Db::MySql).await;
+            }
+
+            polyq_testkit::both_brokers!(postgres, mysql);
+        }
+    };
 }
 
-impl Tables {
-    async fn new() -> Self {
-        let db = PgPool::connect(&polyq_testkit::postgres_url())
-            .await
-            .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
-        let suffix = polyq_testkit::unique_name("t").replace(['-', '.'], "_");
-        let outbox = Outbox::in_table(&format!("acemq_outbox_{suffix}")).unwrap();
-        let business = format!("orders_{suffix}");
-        let dropped = DropTables::new([outbox.table(), business.as_str()]);
-        outbox.migrate(&db).await.expect("migrate");
-        // Twice: the migration is safe to run again.
-        outbox.migrate(&db).await.expect("migrate again");
-        sqlx::query(&format!("CREATE TABLE {business} (id BIGINT PRIMARY KEY)"))
-            .execute(&db)
-            .await
-            .unwrap();
-        Self {
-            db,
-            outbox,
-            business,
-            _dropped: dropped,
-        }
-    }
-
-    fn relay(&self, env: &Env) -> acemq::outbox::OutboxRelayBuilder {
-        OutboxRelay::builder(self.db.clone(), &env.mq).table(self.outbox.table())
-    }
-
-    /// Places an order and records its message in one transaction, committed or rolled back.
-    async fn place(&self, env: &Env, queue: &str, id: i64, commit: bool) -> Envelope {
-        let publisher = env.mq.publisher::<Value>("", queue);
-        let mut tx = self.db.begin().await.unwrap();
-        sqlx::query(&format!("INSERT INTO {} (id) VALUES ($1)", self.business))
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        let envelope = self
-            .outbox
-            .record(&mut tx, &publisher, &json!({ "id": id }))
-            .await
-            .expect("recorded");
-        if commit {
-            tx.commit().await.unwrap();
-        } else {
-            tx.rollback().await.unwrap();
-        }
-        envelope
-    }
-
-    async fn count(&self, table: &str, filter: &str) -> i64 {
-        sqlx::query(&format!("SELECT count(*) FROM {table} {filter}"))
-            .fetch_one(&self.db)
-            .await
-            .unwrap()
-            .get(0)
-    }
-}
-
-async fn commits_or_rolls_back_with_the_business_row(env: &'static Env) {
-    let tables = Tables::new().await;
+async fn commits_or_rolls_back_with_the_business_row(env: &'static Env, db: Db) {
+    let tables = Tables::new(db).await;
     let queue = env.queue("outbox-tx").await;
-    tables.place(env, &queue, 1, false).await;
-    let committed = tables.place(env, &queue, 2, true).await;
+    tables.place(&env.mq, &queue, 1, false).await;
+    let committed = tables.place(&env.mq, &queue, 2, true).await;
     assert_eq!(tables.count(&tables.business, "").await, 1);
-    assert_eq!(tables.count(tables.outbox.table(), "").await, 1);
+    assert_eq!(tables.count(&tables.outbox, "").await, 1);
 
-    let relay = tables.relay(env).build().unwrap();
+    let relay = tables.relay(&env.mq).build().unwrap();
     let pass = relay.drain(10).await.unwrap();
     assert_eq!((pass.published, pass.failed), (1, 0));
     assert_eq!(env.count(&queue).await, 1);
@@ -183,32 +138,38 @@ async fn commits_or_rolls_back_with_the_business_row(env: &'static Env) {
     assert_eq!(status.oldest_pending_age, None);
     assert_eq!(
         tables
-            .count(tables.outbox.table(), "WHERE published_at IS NOT NULL")
+            .count(&tables.outbox, "WHERE published_at IS NOT NULL")
             .await,
         1
     );
 }
-polyq_testkit::both_brokers!(commits_or_rolls_back_with_the_business_row);
+each_db!(commits_or_rolls_back_with_the_business_row);
 
-async fn the_next_relay_publishes_what_a_stopped_one_left(env: &'static Env) {
-    let tables = Tables::new().await;
+async fn the_next_relay_publishes_what_a_stopped_one_left(env: &'static Env, db: Db) {
+    let tables = Tables::new(db).await;
     let queue = env.queue("outbox-next").await;
-    tables.place(env, &queue, 1, true).await;
+    tables.place(&env.mq, &queue, 1, true).await;
 
     let stopped = polyq_runtime::Shutdown::new();
     stopped.stop();
-    tables.relay(env).build().unwrap().run(stopped).await;
+    tables.relay(&env.mq).build().unwrap().run(stopped).await;
     assert_eq!(
         env.count(&queue).await,
         0,
         "a relay stopped before it ran publishes nothing"
     );
-    let status = tables.relay(env).build().unwrap().status().await.unwrap();
+    let status = tables
+        .relay(&env.mq)
+        .build()
+        .unwrap()
+        .status()
+        .await
+        .unwrap();
     assert_eq!(status.pending, 1);
     assert!(status.oldest_pending_age.is_some());
 
     let next = polyq_runtime::Shutdown::new();
-    let relay = tables.relay(env).build().unwrap();
+    let relay = tables.relay(&env.mq).build().unwrap();
     let running = tokio::spawn({
         let next = next.clone();
         async move { relay.run(next).await }
@@ -221,25 +182,24 @@ async fn the_next_relay_publishes_what_a_stopped_one_left(env: &'static Env) {
         .expect("the relay stops when asked")
         .unwrap();
 }
-polyq_testkit::both_brokers!(the_next_relay_publishes_what_a_stopped_one_left);
+each_db!(the_next_relay_publishes_what_a_stopped_one_left);
 
-async fn two_relays_never_publish_a_row_twice(env: &'static Env) {
-    let tables = Tables::new().await;
+async fn two_relays_never_publish_a_row_twice(env: &'static Env, db: Db) {
+    let tables = Tables::new(db).await;
     let queue = env.queue("outbox-two").await;
     let rows = 120;
-    let mut tx = tables.db.begin().await.unwrap();
     let publisher = env.mq.publisher::<Value>("", queue.as_str());
-    for id in 0..rows {
-        tables
-            .outbox
-            .record(&mut tx, &publisher, &json!({ "id": id }))
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
+    in_transaction!(tables, true, |tx, outbox, _placeholder| {
+        for id in 0..rows {
+            outbox
+                .record(&mut tx, &publisher, &json!({ "id": id }))
+                .await
+                .unwrap();
+        }
+    });
 
-    let one = tables.relay(env).batch_size(7).build().unwrap();
-    let two = tables.relay(env).batch_size(7).build().unwrap();
+    let one = tables.relay(&env.mq).batch_size(7).build().unwrap();
+    let two = tables.relay(&env.mq).batch_size(7).build().unwrap();
     let (a, b) = tokio::join!(one.drain(1000), two.drain(1000));
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.published + b.published, rows);
@@ -253,36 +213,38 @@ async fn two_relays_never_publish_a_row_twice(env: &'static Env) {
         .collect();
     assert_eq!(ids.len(), rows);
 }
-polyq_testkit::both_brokers!(two_relays_never_publish_a_row_twice);
+each_db!(two_relays_never_publish_a_row_twice);
 
-async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env) {
+async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env, db: Db) {
     meters();
-    let tables = Tables::new().await;
+    let tables = Tables::new(db).await;
     let queue = env.queue("outbox-bad").await;
-    sqlx::query(&format!(
+    // A minute old, as another writer left it.
+    let old = match db {
+        Db::Postgres => "now() - interval '1 minute'",
+        Db::MySql => "UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE",
+    };
+    let insert = format!(
         "INSERT INTO {} (id, exchange, routing_key, body, content_type, headers, created_at) \
-         VALUES ('bad-1', '', $1, '\\x7b7d', 'application/json', 'not json', now() - interval '1 minute')",
-        tables.outbox.table()
-    ))
-    .bind(&queue)
-    .execute(&tables.db)
-    .await
-    .unwrap();
-    tables.place(env, &queue, 1, true).await;
+         VALUES ('bad-1', '', ?, ?, 'application/json', 'not json', {old})",
+        tables.outbox
+    );
+    on_db!(tables, insert, [&queue, &b"{}"[..]], execute, |_done| ());
+    tables.place(&env.mq, &queue, 1, true).await;
 
-    let relay = tables.relay(env).build().unwrap();
+    let relay = tables.relay(&env.mq).build().unwrap();
     let pass = relay.drain(10).await.unwrap();
     assert_eq!((pass.published, pass.failed), (1, 1));
     assert_eq!(&env.next_in(&queue).await.body[..], br#"{"id":1}"#);
-    let row = sqlx::query(&format!(
+    let select = format!(
         "SELECT attempts, last_error FROM {} WHERE id = 'bad-1'",
-        tables.outbox.table()
-    ))
-    .fetch_one(&tables.db)
-    .await
-    .unwrap();
-    assert_eq!(row.get::<i32, _>("attempts"), 10);
-    let reason: String = row.get("last_error");
+        tables.outbox
+    );
+    let (attempts, reason): (i32, String) = on_db!(tables, select, [], fetch_one, |row| (
+        row.get("attempts"),
+        row.get("last_error")
+    ));
+    assert_eq!(attempts, 10);
     assert!(
         reason.starts_with("the headers column is not JSON"),
         "{reason}"
@@ -291,7 +253,7 @@ async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env) {
     assert_eq!((status.pending, status.failed), (0, 1));
     // Not offered again.
     assert_eq!(relay.flush().await.unwrap().claimed, 0);
-    let (published, failed, lag) = outbox_meters(tables.outbox.table());
+    let (published, failed, lag) = outbox_meters(&tables.outbox);
     assert_eq!((published, failed), (1, 1));
     assert_eq!(
         lag,
@@ -299,30 +261,37 @@ async fn a_malformed_row_is_failed_and_the_rest_published(env: &'static Env) {
         "nothing is pending: the failed row is not lag"
     );
 }
-polyq_testkit::both_brokers!(a_malformed_row_is_failed_and_the_rest_published);
+each_db!(a_malformed_row_is_failed_and_the_rest_published);
 
-async fn a_refused_publish_backs_off_and_is_published_later(env: &'static Env) {
-    let tables = Tables::new().await;
+async fn a_refused_publish_backs_off_and_is_published_later(env: &'static Env, db: Db) {
+    let tables = Tables::new(db).await;
     // Not declared yet: the mandatory publish comes back unroutable.
     let queue = polyq_testkit::unique_name("acemq.rt.outbox-later");
-    tables.place(env, &queue, 1, true).await;
+    tables.place(&env.mq, &queue, 1, true).await;
     let relay = tables
-        .relay(env)
+        .relay(&env.mq)
         .backoff(Duration::from_millis(100), Duration::from_secs(1))
         .build()
         .unwrap();
     let pass = relay.flush().await.unwrap();
     assert_eq!((pass.published, pass.failed), (0, 1));
-    let row = sqlx::query(&format!(
-        "SELECT attempts, last_error, locked_until > now() AS backing_off FROM {}",
-        tables.outbox.table()
-    ))
-    .fetch_one(&tables.db)
-    .await
-    .unwrap();
-    assert_eq!(row.get::<i32, _>("attempts"), 1);
-    assert!(row.get::<String, _>("last_error").contains("unroutable"));
-    assert!(row.get::<bool, _>("backing_off"));
+    let now = match db {
+        Db::Postgres => "now()",
+        Db::MySql => "UTC_TIMESTAMP(6)",
+    };
+    let select = format!(
+        "SELECT attempts, last_error, locked_until > {now} AS backing_off FROM {}",
+        tables.outbox
+    );
+    let (attempts, reason, backing_off): (i32, String, bool) =
+        on_db!(tables, select, [], fetch_one, |row| (
+            row.get("attempts"),
+            row.get("last_error"),
+            row.get("backing_off")
+        ));
+    assert_eq!(attempts, 1);
+    assert!(reason.contains("unroutable"), "{reason}");
+    assert!(backing_off);
     assert_eq!(relay.status().await.unwrap().pending, 1);
 
     env.declare(QueueSpec::new(queue.clone())).await;
@@ -338,4 +307,4 @@ async fn a_refused_publish_backs_off_and_is_published_later(env: &'static Env) {
     assert!(published.is_ok(), "published once the backoff passed");
     assert_eq!(&env.next_in(&queue).await.body[..], br#"{"id":1}"#);
 }
-polyq_testkit::both_brokers!(a_refused_publish_backs_off_and_is_published_later);
+each_db!(a_refused_publish_backs_off_and_is_published_later);

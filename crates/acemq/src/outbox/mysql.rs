@@ -1,0 +1,358 @@
+//! The outbox table on MariaDB (10.6 and later) or MySQL (8.0 and later), feature `mysql`: the
+//! PostgreSQL table's columns with MySQL's types, the writer's insert in the caller's
+//! transaction, and the relay's lease, marks and status on [`MySqlBackend`].
+//!
+//! The lease is a transaction of two statements where PostgreSQL has one: the oldest
+//! publishable rows are read `FOR UPDATE SKIP LOCKED` (rows another relay is leasing at that
+//! moment are skipped, not waited for), then leased by id. Times are the database's clock in
+//! UTC (`UTC_TIMESTAMP(6)`). The relay's `synchronous_commit` is PostgreSQL's and changes nothing
+//! here.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use polyq_runtime::outbox::OutboxStatus;
+use sqlx::{MySqlConnection, MySqlPool, Row};
+use uuid::Uuid;
+
+use crate::outbox::backend::{Backend, Failure, database_error, table_name, truncate};
+use crate::outbox::error::OutboxError;
+use crate::outbox::row::StoredMessage;
+
+/// The table every port defaults to.
+pub(crate) const DEFAULT_TABLE: &str = "acemq_outbox";
+
+/// The shipped migration, written for the default table.
+pub(crate) const MIGRATION: &str = include_str!("../../migrations/mysql/0001_outbox.sql");
+
+/// The columns a row is read back with. The id's binary collation (exact comparison) makes
+/// sqlx take it for bytes: it is read through the connection's character set instead.
+const COLUMNS: &str = "CONVERT(id USING utf8mb4) AS id, exchange, routing_key, body, \
+                       content_type, headers, properties, mandatory, attempts";
+
+/// A validated table name: it reaches SQL by interpolation, so only a plain identifier passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MySqlTable(String);
+
+/// `?, ?, ...`, one placeholder for each of `count` values.
+fn placeholders(count: usize) -> String {
+    vec!["?"; count].join(", ")
+}
+
+/// Microseconds for `INTERVAL ? MICROSECOND`.
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// An age in microseconds as the status and the relay's lag carry it.
+fn age(micros: Option<i64>) -> Option<Duration> {
+    micros.map(|micros| Duration::from_micros(micros.max(0).unsigned_abs()))
+}
+
+fn read_row(row: &sqlx::mysql::MySqlRow) -> Result<(StoredMessage, i32), sqlx::Error> {
+    let stored = StoredMessage {
+        id: row.try_get("id")?,
+        exchange: row.try_get("exchange")?,
+        routing_key: row.try_get("routing_key")?,
+        body: row.try_get("body")?,
+        content_type: row.try_get("content_type")?,
+        headers: row.try_get("headers")?,
+        properties: row.try_get("properties")?,
+        mandatory: row.try_get("mandatory")?,
+    };
+    Ok((stored, row.try_get("attempts")?))
+}
+
+impl MySqlTable {
+    pub fn new(name: &str) -> Result<Self, OutboxError> {
+        Ok(Self(table_name(name)?))
+    }
+
+    pub fn default_table() -> Self {
+        Self(DEFAULT_TABLE.to_owned())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+
+    fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> OutboxError + '_ {
+        database_error(operation, &self.0)
+    }
+
+    /// Creates the table and its index if they are not there yet.
+    pub async fn migrate(&self, db: &MySqlPool) -> Result<(), OutboxError> {
+        sqlx::raw_sql(&MIGRATION.replace(DEFAULT_TABLE, &self.0))
+            .execute(db)
+            .await
+            .map_err(self.failed("create"))?;
+        Ok(())
+    }
+
+    /// Inserts one message in the caller's transaction.
+    pub async fn insert(
+        &self,
+        tx: &mut MySqlConnection,
+        row: &StoredMessage,
+    ) -> Result<(), OutboxError> {
+        sqlx::query(&format!(
+            "INSERT INTO {} (id, exchange, routing_key, body, content_type, headers, properties, \
+             mandatory, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
+            self.0
+        ))
+        .bind(&row.id)
+        .bind(&row.exchange)
+        .bind(&row.routing_key)
+        .bind(&row.body)
+        .bind(&row.content_type)
+        .bind(&row.headers)
+        .bind(&row.properties)
+        .bind(row.mandatory)
+        .execute(tx)
+        .await
+        .map_err(self.failed("write to"))?;
+        Ok(())
+    }
+
+    /// Leases up to `limit` publishable rows, oldest first, to `token` for `lease`: rows under
+    /// a live lease or backoff, published, or out of attempts are not offered, and rows another
+    /// relay is leasing at this moment are skipped.
+    pub async fn claim(
+        &self,
+        db: &MySqlPool,
+        token: Uuid,
+        lease: Duration,
+        max_attempts: i32,
+        limit: i64,
+    ) -> Result<Vec<(StoredMessage, i32)>, OutboxError> {
+        let t = &self.0;
+        let mut tx = db
+            .begin()
+            .await
+            .map_err(self.failed("claim a batch from"))?;
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM {t} \
+             WHERE published_at IS NULL AND attempts < ? \
+               AND (locked_until IS NULL OR locked_until < UTC_TIMESTAMP(6)) \
+             ORDER BY created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(max_attempts)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(self.failed("claim a batch from"))?;
+        let claimed = rows
+            .iter()
+            .map(read_row)
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(self.failed("read a claimed row of"))?;
+        if !claimed.is_empty() {
+            let lease_rows = format!(
+                "UPDATE {t} SET locked_by = ?, \
+                 locked_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE id IN ({})",
+                placeholders(claimed.len())
+            );
+            let mut update = sqlx::query(&lease_rows)
+                .bind(token.to_string())
+                .bind(micros(lease));
+            for (row, _) in &claimed {
+                update = update.bind(&row.id);
+            }
+            update
+                .execute(&mut *tx)
+                .await
+                .map_err(self.failed("claim a batch from"))?;
+        }
+        tx.commit()
+            .await
+            .map_err(self.failed("claim a batch from"))?;
+        Ok(claimed)
+    }
+
+    /// Marks rows the broker confirmed as published, and ends their lease. Only rows still
+    /// leased to `token` change: a relay whose lease ran out does not overwrite the next one's.
+    /// Returns the lag after the mark.
+    pub async fn mark_published(
+        &self,
+        db: &MySqlPool,
+        token: &str,
+        ids: &[String],
+        max_attempts: i32,
+    ) -> Result<Option<Duration>, OutboxError> {
+        if !ids.is_empty() {
+            let mark = format!(
+                "UPDATE {} SET published_at = UTC_TIMESTAMP(6), locked_by = NULL, \
+                 locked_until = NULL WHERE locked_by = ? AND id IN ({})",
+                self.0,
+                placeholders(ids.len())
+            );
+            let mut update = sqlx::query(&mark).bind(token);
+            for id in ids {
+                update = update.bind(id);
+            }
+            update
+                .execute(db)
+                .await
+                .map_err(self.failed("mark published rows in"))?;
+        }
+        // The first row of the pending index, not `MIN(created_at)`, which reads them all.
+        let oldest: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) FROM {} \
+             WHERE published_at IS NULL AND attempts < ? ORDER BY created_at, id LIMIT 1",
+            self.0
+        ))
+        .bind(max_attempts)
+        .fetch_optional(db)
+        .await
+        .map_err(self.failed("read the lag of"))?;
+        Ok(age(oldest))
+    }
+
+    /// Counts a failed publish against a row with its reason, and keeps it back for `backoff`.
+    /// A permanent failure uses up every attempt at once, so the row stays for someone to look
+    /// at and is not offered again.
+    pub async fn mark_failed(
+        &self,
+        db: &MySqlPool,
+        token: &str,
+        id: &str,
+        reason: &str,
+        failure: Failure,
+    ) -> Result<(), OutboxError> {
+        let (backoff, exhaust) = match failure {
+            Failure::Retry { backoff } => (backoff, 0),
+            Failure::Permanent { max_attempts } => (Duration::ZERO, max_attempts),
+        };
+        sqlx::query(&format!(
+            "UPDATE {} SET attempts = GREATEST(attempts + 1, ?), last_error = ?, \
+               locked_by = NULL, locked_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+             WHERE id = ? AND locked_by = ?",
+            self.0
+        ))
+        .bind(exhaust)
+        .bind(truncate(reason))
+        .bind(micros(backoff))
+        .bind(id)
+        .bind(token)
+        .execute(db)
+        .await
+        .map_err(self.failed("mark a failed row in"))?;
+        Ok(())
+    }
+
+    /// Pending and failed counts and the age of the oldest pending row.
+    pub async fn status(
+        &self,
+        db: &MySqlPool,
+        max_attempts: i32,
+    ) -> Result<OutboxStatus, OutboxError> {
+        let row = sqlx::query(&format!(
+            "SELECT CAST(COALESCE(SUM(attempts < ?), 0) AS SIGNED) AS pending, \
+                    CAST(COALESCE(SUM(attempts >= ?), 0) AS SIGNED) AS failed, \
+                    TIMESTAMPDIFF(MICROSECOND, MIN(IF(attempts < ?, created_at, NULL)), \
+                      UTC_TIMESTAMP(6)) AS age \
+             FROM {} WHERE published_at IS NULL",
+            self.0
+        ))
+        .bind(max_attempts)
+        .bind(max_attempts)
+        .bind(max_attempts)
+        .fetch_one(db)
+        .await
+        .map_err(self.failed("read the status of"))?;
+        let read = || -> Result<OutboxStatus, sqlx::Error> {
+            let oldest = age(row.try_get("age")?);
+            Ok(OutboxStatus::from_sql(
+                row.try_get("pending")?,
+                row.try_get("failed")?,
+                oldest.map(|age| age.as_secs_f64()),
+            ))
+        };
+        read().map_err(self.failed("read the status of"))
+    }
+}
+
+/// The table on the relay's own pool.
+#[derive(Debug)]
+pub(crate) struct MySqlBackend {
+    pub db: MySqlPool,
+    pub table: MySqlTable,
+}
+
+impl Backend for MySqlBackend {
+    fn name(&self) -> &str {
+        self.table.name()
+    }
+
+    fn claim<'a>(
+        &'a self,
+        token: Uuid,
+        lease: Duration,
+        max_attempts: i32,
+        limit: i64,
+        _synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>> {
+        Box::pin(
+            self.table
+                .claim(&self.db, token, lease, max_attempts, limit),
+        )
+    }
+
+    fn mark_published<'a>(
+        &'a self,
+        token: &'a str,
+        ids: &'a [String],
+        max_attempts: i32,
+        _synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>> {
+        Box::pin(
+            self.table
+                .mark_published(&self.db, token, ids, max_attempts),
+        )
+    }
+
+    fn mark_failed<'a>(
+        &'a self,
+        token: &'a str,
+        id: &'a str,
+        reason: &'a str,
+        failure: Failure,
+        _synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(self.table.mark_failed(&self.db, token, id, reason, failure))
+    }
+
+    fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>> {
+        Box::pin(self.table.status(&self.db, max_attempts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_identifiers_are_table_names() {
+        assert!(MySqlTable::new("acemq_outbox").is_ok());
+        for bad in ["", "1t", "a-b", "a;drop", "a b", &"x".repeat(64)] {
+            assert!(
+                matches!(MySqlTable::new(bad), Err(OutboxError::InvalidTable(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_migration_is_renamed_whole_and_lists_are_one_placeholder_a_value() {
+        let ddl = MIGRATION.replace(DEFAULT_TABLE, "orders_outbox");
+        assert!(ddl.contains("CREATE TABLE IF NOT EXISTS orders_outbox ("));
+        assert!(!ddl.contains(DEFAULT_TABLE));
+        assert_eq!(placeholders(3), "?, ?, ?");
+        assert_eq!(
+            age(Some(-5)),
+            Some(Duration::ZERO),
+            "a clock step reads as no age"
+        );
+        assert_eq!(age(Some(1_500_000)), Some(Duration::from_millis(1500)));
+    }
+}
