@@ -45,9 +45,11 @@ mod relay;
 mod row;
 #[cfg(feature = "postgres")]
 mod store;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod table;
 
 #[cfg(feature = "postgres")]
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 pub use error::OutboxError;
 pub use memory::{MemoryOutbox, MemoryTransaction};
@@ -57,19 +59,17 @@ pub use relay::{
     RelayPass,
 };
 #[cfg(feature = "postgres")]
-pub use store::DEFAULT_TABLE;
+pub use table::DEFAULT_TABLE;
 
 use crate::contract::codec::Encode;
 use crate::runtime::telemetry;
 use crate::{Envelope, Publisher};
 use row::StoredMessage;
-#[cfg(feature = "postgres")]
-use store::Table;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use table::Table;
 
 #[cfg(feature = "mysql")]
-use mysql::MySqlTable;
-#[cfg(feature = "mysql")]
-use sqlx::{MySqlConnection, MySqlPool};
+use sqlx::{MySql, MySqlConnection, MySqlPool};
 
 /// The row a send of `payload` through `publisher` would put on the wire, and the envelope
 /// as it will be sent; its message id is the row's id.
@@ -101,7 +101,7 @@ pub async fn migrate(db: &PgPool) -> Result<(), OutboxError> {
 #[cfg(feature = "postgres")]
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    table: Table,
+    table: Table<Postgres>,
 }
 
 #[cfg(feature = "postgres")]
@@ -218,7 +218,7 @@ impl Outbox {
 #[cfg(feature = "mysql")]
 #[derive(Debug, Clone)]
 pub struct MySqlOutbox {
-    table: MySqlTable,
+    table: Table<MySql>,
 }
 
 #[cfg(feature = "mysql")]
@@ -233,7 +233,7 @@ impl MySqlOutbox {
     /// The outbox in the default table, `acemq_outbox`.
     pub fn new() -> Self {
         Self {
-            table: MySqlTable::default_table(),
+            table: Table::default_table(),
         }
     }
 
@@ -243,7 +243,7 @@ impl MySqlOutbox {
     /// [`OutboxError::InvalidTable`] when `table` is not a plain SQL identifier.
     pub fn in_table(table: &str) -> Result<Self, OutboxError> {
         Ok(Self {
-            table: MySqlTable::new(table)?,
+            table: Table::new(table)?,
         })
     }
 

@@ -1,6 +1,6 @@
 //! The outbox table on MariaDB (10.6 and later) or MySQL (8.0 and later), feature `mysql`: the
 //! PostgreSQL table's columns with MySQL's types, the writer's insert in the caller's
-//! transaction, and the relay's lease, marks and status on [`MySqlBackend`].
+//! transaction, and the relay's lease, marks and status on [`SqlBackend`].
 //!
 //! The lease is a transaction of two statements where PostgreSQL has one: the oldest
 //! publishable rows are read `FOR UPDATE SKIP LOCKED` (rows another relay is leasing at that
@@ -12,15 +12,13 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use polyq_runtime::outbox::OutboxStatus;
-use sqlx::{MySqlConnection, MySqlPool, Row};
+use sqlx::{MySql, MySqlConnection, MySqlPool, Row};
 use uuid::Uuid;
 
-use crate::outbox::backend::{Backend, Failure, database_error, table_name, truncate};
+use crate::outbox::backend::{Backend, Failure, truncate};
 use crate::outbox::error::OutboxError;
 use crate::outbox::row::StoredMessage;
-
-/// The table every port defaults to.
-pub(crate) const DEFAULT_TABLE: &str = "acemq_outbox";
+use crate::outbox::table::{Dialect, SqlBackend, Table};
 
 /// The shipped migration, written for the default table.
 pub(crate) const MIGRATION: &str = include_str!("../../migrations/mysql/0001_outbox.sql");
@@ -30,9 +28,9 @@ pub(crate) const MIGRATION: &str = include_str!("../../migrations/mysql/0001_out
 const COLUMNS: &str = "CONVERT(id USING utf8mb4) AS id, exchange, routing_key, body, \
                        content_type, headers, properties, mandatory, attempts";
 
-/// A validated table name: it reaches SQL by interpolation, so only a plain identifier passes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MySqlTable(String);
+impl Dialect for MySql {
+    const MIGRATION: &'static str = MIGRATION;
+}
 
 /// `?, ?, ...`, one placeholder for each of `count` values.
 fn placeholders(count: usize) -> String {
@@ -49,46 +47,7 @@ fn age(micros: Option<i64>) -> Option<Duration> {
     micros.map(|micros| Duration::from_micros(micros.max(0).unsigned_abs()))
 }
 
-fn read_row(row: &sqlx::mysql::MySqlRow) -> Result<(StoredMessage, i32), sqlx::Error> {
-    let stored = StoredMessage {
-        id: row.try_get("id")?,
-        exchange: row.try_get("exchange")?,
-        routing_key: row.try_get("routing_key")?,
-        body: row.try_get("body")?,
-        content_type: row.try_get("content_type")?,
-        headers: row.try_get("headers")?,
-        properties: row.try_get("properties")?,
-        mandatory: row.try_get("mandatory")?,
-    };
-    Ok((stored, row.try_get("attempts")?))
-}
-
-impl MySqlTable {
-    pub fn new(name: &str) -> Result<Self, OutboxError> {
-        Ok(Self(table_name(name)?))
-    }
-
-    pub fn default_table() -> Self {
-        Self(DEFAULT_TABLE.to_owned())
-    }
-
-    pub fn name(&self) -> &str {
-        &self.0
-    }
-
-    fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> OutboxError + '_ {
-        database_error(operation, &self.0)
-    }
-
-    /// Creates the table and its index if they are not there yet.
-    pub async fn migrate(&self, db: &MySqlPool) -> Result<(), OutboxError> {
-        sqlx::raw_sql(&MIGRATION.replace(DEFAULT_TABLE, &self.0))
-            .execute(db)
-            .await
-            .map_err(self.failed("create"))?;
-        Ok(())
-    }
-
+impl Table<MySql> {
     /// Inserts one message in the caller's transaction.
     pub async fn insert(
         &self,
@@ -98,7 +57,7 @@ impl MySqlTable {
         sqlx::query(&format!(
             "INSERT INTO {} (id, exchange, routing_key, body, content_type, headers, properties, \
              mandatory, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
-            self.0
+            self.name()
         ))
         .bind(&row.id)
         .bind(&row.exchange)
@@ -125,7 +84,7 @@ impl MySqlTable {
         max_attempts: i32,
         limit: i64,
     ) -> Result<Vec<(StoredMessage, i32)>, OutboxError> {
-        let t = &self.0;
+        let t = self.name();
         let mut tx = db
             .begin()
             .await
@@ -143,7 +102,7 @@ impl MySqlTable {
         .map_err(self.failed("claim a batch from"))?;
         let claimed = rows
             .iter()
-            .map(read_row)
+            .map(StoredMessage::read)
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(self.failed("read a claimed row of"))?;
         if !claimed.is_empty() {
@@ -183,7 +142,7 @@ impl MySqlTable {
             let mark = format!(
                 "UPDATE {} SET published_at = UTC_TIMESTAMP(6), locked_by = NULL, \
                  locked_until = NULL WHERE locked_by = ? AND id IN ({})",
-                self.0,
+                self.name(),
                 placeholders(ids.len())
             );
             let mut update = sqlx::query(&mark).bind(token);
@@ -199,7 +158,7 @@ impl MySqlTable {
         let oldest: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) FROM {} \
              WHERE published_at IS NULL AND attempts < ? ORDER BY created_at, id LIMIT 1",
-            self.0
+            self.name()
         ))
         .bind(max_attempts)
         .fetch_optional(db)
@@ -227,7 +186,7 @@ impl MySqlTable {
             "UPDATE {} SET attempts = GREATEST(attempts + 1, ?), last_error = ?, \
                locked_by = NULL, locked_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
              WHERE id = ? AND locked_by = ?",
-            self.0
+            self.name()
         ))
         .bind(exhaust)
         .bind(truncate(reason))
@@ -252,7 +211,7 @@ impl MySqlTable {
                     TIMESTAMPDIFF(MICROSECOND, MIN(IF(attempts < ?, created_at, NULL)), \
                       UTC_TIMESTAMP(6)) AS age \
              FROM {} WHERE published_at IS NULL",
-            self.0
+            self.name()
         ))
         .bind(max_attempts)
         .bind(max_attempts)
@@ -272,14 +231,7 @@ impl MySqlTable {
     }
 }
 
-/// The table on the relay's own pool.
-#[derive(Debug)]
-pub(crate) struct MySqlBackend {
-    pub db: MySqlPool,
-    pub table: MySqlTable,
-}
-
-impl Backend for MySqlBackend {
+impl Backend for SqlBackend<MySql> {
     fn name(&self) -> &str {
         self.table.name()
     }
@@ -330,17 +282,7 @@ impl Backend for MySqlBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_plain_identifiers_are_table_names() {
-        assert!(MySqlTable::new("acemq_outbox").is_ok());
-        for bad in ["", "1t", "a-b", "a;drop", "a b", &"x".repeat(64)] {
-            assert!(
-                matches!(MySqlTable::new(bad), Err(OutboxError::InvalidTable(_))),
-                "{bad}"
-            );
-        }
-    }
+    use crate::outbox::table::DEFAULT_TABLE;
 
     #[test]
     fn the_migration_is_renamed_whole_and_lists_are_one_placeholder_a_value() {

@@ -18,6 +18,8 @@ use polyq_runtime::outbox::{
 use crate::outbox::MemoryOutbox;
 use crate::outbox::backend::{Backend, Failure};
 use crate::outbox::row::StoredMessage;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use crate::outbox::table::{SqlBackend, Table};
 use crate::runtime::telemetry::{OUTBOX_LAG, OUTBOX_TOTAL};
 
 /// Rows claimed per pass unless [`OutboxRelayBuilder::batch_size`] says otherwise.
@@ -206,14 +208,14 @@ impl OutboxRelayBuilder {
         }
         let backend: Arc<dyn Backend> = match self.source {
             #[cfg(feature = "postgres")]
-            Source::Postgres { db, table } => Arc::new(crate::outbox::store::PgBackend {
+            Source::Postgres { db, table } => Arc::new(SqlBackend {
                 db,
-                table: crate::outbox::store::Table::new(&table)?,
+                table: Table::new(&table)?,
             }),
             #[cfg(feature = "mysql")]
-            Source::MySql { db, table } => Arc::new(crate::outbox::mysql::MySqlBackend {
+            Source::MySql { db, table } => Arc::new(SqlBackend {
                 db,
-                table: crate::outbox::mysql::MySqlTable::new(&table)?,
+                table: Table::new(&table)?,
             }),
             Source::Memory(outbox) => Arc::new(outbox),
         };
@@ -282,7 +284,7 @@ impl OutboxRelay {
         Self::from_source(
             Source::Postgres {
                 db,
-                table: crate::outbox::DEFAULT_TABLE.to_owned(),
+                table: crate::outbox::table::DEFAULT_TABLE.to_owned(),
             },
             mq,
         )
@@ -295,7 +297,7 @@ impl OutboxRelay {
         Self::from_source(
             Source::MySql {
                 db,
-                table: crate::outbox::mysql::DEFAULT_TABLE.to_owned(),
+                table: crate::outbox::table::DEFAULT_TABLE.to_owned(),
             },
             mq,
         )

@@ -25,6 +25,30 @@ pub(crate) struct StoredMessage {
 }
 
 impl StoredMessage {
+    /// A row a lease read back, with its failed attempts so far; the same columns in every
+    /// SQL dialect.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub fn read<'r, R: sqlx::Row>(row: &'r R) -> Result<(Self, i32), sqlx::Error>
+    where
+        &'static str: sqlx::ColumnIndex<R>,
+        String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        i32: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    {
+        let stored = Self {
+            id: row.try_get("id")?,
+            exchange: row.try_get("exchange")?,
+            routing_key: row.try_get("routing_key")?,
+            body: row.try_get("body")?,
+            content_type: row.try_get("content_type")?,
+            headers: row.try_get("headers")?,
+            properties: row.try_get("properties")?,
+            mandatory: row.try_get("mandatory")?,
+        };
+        Ok((stored, row.try_get("attempts")?))
+    }
+
     /// The columns for `message`, keyed by the envelope's message id.
     pub fn of(id: String, message: &OutgoingMessage) -> Self {
         let mut rest = message.properties.clone();

@@ -1,55 +1,27 @@
 //! The SQL of the outbox table: the writer's insert, the relay's lease and marks, the status.
-//! The relay's statements run on [`PgBackend`], its own pool.
+//! The relay's statements run on [`SqlBackend`], its own pool.
 
 use std::time::Duration;
 
 use polyq_runtime::outbox::{OutboxStatus, WALK_THE_PENDING_INDEX, relay_commit_clause};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Postgres};
 use uuid::Uuid;
 
 use futures_util::future::BoxFuture;
 
-use crate::outbox::backend::{Backend, Failure, database_error, table_name, truncate};
+use crate::outbox::backend::{Backend, Failure, truncate};
 use crate::outbox::error::OutboxError;
 use crate::outbox::row::StoredMessage;
+use crate::outbox::table::{Dialect, SqlBackend, Table};
 
-/// The table every port defaults to.
-pub const DEFAULT_TABLE: &str = "acemq_outbox";
-
-/// The shipped migration, written for [`DEFAULT_TABLE`].
+/// The shipped migration, written for [`DEFAULT_TABLE`](crate::outbox::DEFAULT_TABLE).
 pub(crate) const MIGRATION: &str = include_str!("../../migrations/postgres/0001_outbox.sql");
 
-/// Sent before the lease in the same simple query: see [`Table::claim`].
-/// A validated table name: it reaches SQL by interpolation, so only a plain identifier passes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Table(String);
+impl Dialect for Postgres {
+    const MIGRATION: &'static str = MIGRATION;
+}
 
-impl Table {
-    pub fn new(name: &str) -> Result<Self, OutboxError> {
-        Ok(Self(table_name(name)?))
-    }
-
-    pub fn default_table() -> Self {
-        Self(DEFAULT_TABLE.to_owned())
-    }
-
-    pub fn name(&self) -> &str {
-        &self.0
-    }
-
-    fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> OutboxError + '_ {
-        database_error(operation, &self.0)
-    }
-
-    /// Creates the table and its index if they are not there yet.
-    pub async fn migrate(&self, db: &PgPool) -> Result<(), OutboxError> {
-        sqlx::raw_sql(&MIGRATION.replace(DEFAULT_TABLE, &self.0))
-            .execute(db)
-            .await
-            .map_err(self.failed("create"))?;
-        Ok(())
-    }
-
+impl Table<Postgres> {
     /// Inserts one message in the caller's transaction.
     pub async fn insert(
         &self,
@@ -59,7 +31,7 @@ impl Table {
         sqlx::query(&format!(
             "INSERT INTO {} (id, exchange, routing_key, body, content_type, headers, properties, mandatory) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            self.0
+            self.name()
         ))
         .bind(&row.id)
         .bind(&row.exchange)
@@ -100,19 +72,7 @@ impl Table {
             .await
             .map_err(self.failed("claim a batch from"))?;
         rows.iter()
-            .map(|row| {
-                let stored = StoredMessage {
-                    id: row.try_get("id")?,
-                    exchange: row.try_get("exchange")?,
-                    routing_key: row.try_get("routing_key")?,
-                    body: row.try_get("body")?,
-                    content_type: row.try_get("content_type")?,
-                    headers: row.try_get("headers")?,
-                    properties: row.try_get("properties")?,
-                    mandatory: row.try_get("mandatory")?,
-                };
-                Ok((stored, row.try_get("attempts")?))
-            })
+            .map(StoredMessage::read)
             .collect::<Result<_, sqlx::Error>>()
             .map_err(self.failed("read a claimed row of"))
     }
@@ -126,7 +86,7 @@ impl Table {
         limit: i64,
         synchronous_commit: bool,
     ) -> String {
-        let t = &self.0;
+        let t = self.name();
         let commit = relay_commit_clause(synchronous_commit);
         // `f64`'s `Display` writes a plain decimal, never an exponent.
         let lease = lease.as_secs_f64();
@@ -173,7 +133,7 @@ impl Table {
     /// The mark of [`Table::mark_published`]: `$1` the ids, `$2` the token, `$3` the attempts
     /// limit.
     fn mark_statement(&self, synchronous_commit: bool) -> String {
-        let t = &self.0;
+        let t = self.name();
         let commit = relay_commit_clause(synchronous_commit);
         // The query's snapshot is the statement's start, before its own update: the rows it
         // marks are left out of the lag by name. The oldest pending row is read as the first
@@ -210,7 +170,7 @@ impl Table {
             "UPDATE {} SET attempts = GREATEST(attempts + 1, $1), last_error = $2, \
                locked_by = NULL, locked_until = now() + make_interval(secs => $3) \
              {} WHERE id = $4 AND locked_by = $5",
-            self.0,
+            self.name(),
             relay_commit_clause(synchronous_commit)
         ))
         .bind(exhaust)
@@ -231,7 +191,7 @@ impl Table {
         let age: Option<f64> = sqlx::query_scalar(&format!(
             "SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 FROM {} \
              WHERE published_at IS NULL AND attempts < $1",
-            self.0
+            self.name()
         ))
         .bind(max_attempts)
         .fetch_one(db)
@@ -251,7 +211,7 @@ impl Table {
                     count(*) FILTER (WHERE attempts >= $1) AS failed, \
                     EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE attempts < $1))::float8 AS age \
              FROM {} WHERE published_at IS NULL",
-            self.0
+            self.name()
         ))
         .bind(max_attempts)
         .fetch_one(db)
@@ -261,14 +221,7 @@ impl Table {
     }
 }
 
-/// The table on the relay's own pool.
-#[derive(Debug)]
-pub(crate) struct PgBackend {
-    pub db: PgPool,
-    pub table: Table,
-}
-
-impl Backend for PgBackend {
+impl Backend for SqlBackend<Postgres> {
     fn name(&self) -> &str {
         self.table.name()
     }
@@ -326,6 +279,7 @@ impl Backend for PgBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sqlx::Row;
 
     /// The plan of `statement`, one line a row.
     async fn plan(db: &PgPool, before: &str, statement: &str) -> Vec<String> {
@@ -347,7 +301,7 @@ mod tests {
             .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
         let name = polyq_testkit::unique_name("acemq_outbox_plan").replace(['-', '.'], "_");
         let _dropped = polyq_testkit::postgres::DropTables::new([&name]);
-        let table = Table::new(&name).unwrap();
+        let table = Table::<Postgres>::new(&name).unwrap();
         table.migrate(&db).await.unwrap();
         sqlx::query(&format!(
             "INSERT INTO {name} (id, exchange, routing_key, body, content_type, headers) \
@@ -390,17 +344,5 @@ mod tests {
         .unwrap();
         let ids: Vec<String> = claimed.into_iter().map(|(row, _)| row.id).collect();
         assert_eq!(ids, expected);
-    }
-
-    #[test]
-    fn only_plain_identifiers_are_table_names() {
-        assert!(Table::new("acemq_outbox").is_ok());
-        assert!(Table::new("_t1").is_ok());
-        for bad in ["", "1t", "a-b", "a;drop", "a b", &"x".repeat(64)] {
-            assert!(
-                matches!(Table::new(bad), Err(OutboxError::InvalidTable(_))),
-                "{bad}"
-            );
-        }
     }
 }
