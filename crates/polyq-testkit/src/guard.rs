@@ -25,3 +25,23 @@ where
         assert!(std::thread::panicking(), "could not {what}: {error}");
     }
 }
+
+/// Runs `statements` in order on a connection of type `C` to `url`, from a guard's `Drop`, as
+/// [`clean_up_on_drop`] does: the SQL guards' drop, each dialect passing its own statements.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn run_sql_on_drop<C>(what: &str, url: String, statements: Vec<String>)
+where
+    C: sqlx::Connection,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+{
+    clean_up_on_drop(what, move || async move {
+        let mut connection = C::connect(&url).await.map_err(|error| error.to_string())?;
+        for statement in &statements {
+            sqlx::raw_sql(statement)
+                .execute(&mut connection)
+                .await
+                .map_err(|error| error.to_string())?;
+        }
+        connection.close().await.map_err(|error| error.to_string())
+    });
+}

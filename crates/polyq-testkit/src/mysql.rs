@@ -7,8 +7,6 @@
 //! // ... create and use `table`; a failed assertion still drops it ...
 //! ```
 
-use sqlx::Connection as _;
-
 /// Drops its tables (`DROP TABLE IF EXISTS`, so a table the test never made is no error) when it
 /// is dropped: at the end of the test, or while a failed test unwinds.
 #[derive(Debug)]
@@ -76,19 +74,11 @@ impl Drop for Guard {
         if self.statements.is_empty() {
             return;
         }
-        let url = self.url.clone();
         let statements = std::mem::take(&mut self.statements);
-        crate::guard::clean_up_on_drop(&self.what, move || async move {
-            let mut connection = sqlx::MySqlConnection::connect(&url)
-                .await
-                .map_err(|error| error.to_string())?;
-            for statement in &statements {
-                sqlx::raw_sql(statement)
-                    .execute(&mut connection)
-                    .await
-                    .map_err(|error| error.to_string())?;
-            }
-            connection.close().await.map_err(|error| error.to_string())
-        });
+        crate::guard::run_sql_on_drop::<sqlx::MySqlConnection>(
+            &self.what,
+            self.url.clone(),
+            statements,
+        );
     }
 }

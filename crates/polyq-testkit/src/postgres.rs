@@ -7,8 +7,6 @@
 //! // ... create and use `table`; a failed assertion still drops it ...
 //! ```
 
-use sqlx::Connection as _;
-
 /// Drops its tables (`DROP TABLE IF EXISTS`, so a table the test never made is no error) when it
 /// is dropped: at the end of the test, or while a failed test unwinds.
 #[derive(Debug)]
@@ -110,21 +108,15 @@ impl Drop for Guard {
         if self.names.is_empty() {
             return;
         }
-        let url = self.url.clone();
         let statement = self.statement();
         let what = match self.kind {
             Kind::Tables => format!("drop the tables {:?}", self.names),
             Kind::Schemas => format!("drop the schemas {:?}", self.names),
         };
-        crate::guard::clean_up_on_drop(&what, move || async move {
-            let mut connection = sqlx::PgConnection::connect(&url)
-                .await
-                .map_err(|error| error.to_string())?;
-            sqlx::raw_sql(&statement)
-                .execute(&mut connection)
-                .await
-                .map_err(|error| error.to_string())?;
-            connection.close().await.map_err(|error| error.to_string())
-        });
+        crate::guard::run_sql_on_drop::<sqlx::PgConnection>(
+            &what,
+            self.url.clone(),
+            vec![statement],
+        );
     }
 }
