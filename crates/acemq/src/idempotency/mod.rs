@@ -186,6 +186,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The error of the `store` backend that could not do `operation`.
+    #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+    fn backend(
+        store: &'static str,
+        operation: String,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError::Backend {
+            store,
+            operation,
+            source: Box::new(error),
+        }
+    }
+
     /// Whether trying again later may succeed: `true` for a backend failure, `false` for a
     /// refused name or key.
     pub fn is_transient(&self) -> bool {
@@ -219,6 +233,23 @@ fn check_identifier(name: &str) -> Result<(), StoreError> {
     if name.len() > 56 {
         return invalid("it must be at most 56 bytes long");
     }
+    Ok(())
+}
+
+/// Runs the migration `sql` creating `table` of the SQL `store`.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn migrate_table<D: sqlx::Database>(
+    pool: &sqlx::Pool<D>,
+    store: &'static str,
+    table: &str,
+    sql: &str,
+) -> Result<(), StoreError>
+where
+    for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
+{
+    sqlx::raw_sql(sql).execute(pool).await.map_err(|error| {
+        StoreError::backend(store, format!("create the table `{table}`"), error)
+    })?;
     Ok(())
 }
 

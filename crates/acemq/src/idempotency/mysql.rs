@@ -155,20 +155,11 @@ impl MySqlIdempotencyStore {
     ///
     /// [`StoreError::Backend`] when the database refuses or cannot be reached.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let sql = self.migration_sql();
-        sqlx::raw_sql(&sql)
-            .execute(&self.pool)
-            .await
-            .map_err(|error| self.failed(format!("create the table `{}`", self.table), error))?;
-        Ok(())
+        super::migrate_table(&self.pool, "mysql", &self.table, &self.migration_sql()).await
     }
 
     fn failed(&self, operation: String, error: sqlx::Error) -> StoreError {
-        StoreError::Backend {
-            store: "mysql",
-            operation,
-            source: Box::new(error),
-        }
+        StoreError::backend("mysql", operation, error)
     }
 
     async fn claim_key(&self, key: &str) -> Result<ClaimResult, sqlx::Error> {

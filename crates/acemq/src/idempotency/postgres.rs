@@ -163,20 +163,11 @@ impl PostgresIdempotencyStore {
     ///
     /// [`StoreError::Backend`] when the database refuses or cannot be reached.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let sql = self.migration_sql();
-        sqlx::raw_sql(&sql)
-            .execute(&self.pool)
-            .await
-            .map_err(|error| self.failed(format!("create the table `{}`", self.table), error))?;
-        Ok(())
+        super::migrate_table(&self.pool, "postgres", &self.table, &self.migration_sql()).await
     }
 
     fn failed(&self, operation: String, error: sqlx::Error) -> StoreError {
-        StoreError::Backend {
-            store: "postgres",
-            operation,
-            source: Box::new(error),
-        }
+        StoreError::backend("postgres", operation, error)
     }
 
     fn batch_failed(
@@ -184,11 +175,7 @@ impl PostgresIdempotencyStore {
         operation: String,
         error: polyq_runtime::coalesce::CoalesceError<Arc<sqlx::Error>>,
     ) -> StoreError {
-        StoreError::Backend {
-            store: "postgres",
-            operation,
-            source: Box::new(error),
-        }
+        StoreError::backend("postgres", operation, error)
     }
 }
 

@@ -74,11 +74,8 @@ impl RedisIdempotencyStore {
     ///
     /// [`StoreError::Backend`] when the URL is invalid or the server cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let failed = |error: redis::RedisError| StoreError::Backend {
-            store: "redis",
-            operation: format!("connect to {}", polyq_amqp::redact_url(url)),
-            source: Box::new(error),
-        };
+        let failed =
+            |error| Self::failed(format!("connect to {}", polyq_amqp::redact_url(url)), error);
         let client = redis::Client::open(url).map_err(failed)?;
         let connection = ConnectionManager::new(client).await.map_err(failed)?;
         Ok(Self::new(connection))
@@ -108,11 +105,7 @@ impl RedisIdempotencyStore {
     }
 
     fn failed(operation: String, error: redis::RedisError) -> StoreError {
-        StoreError::Backend {
-            store: "redis",
-            operation,
-            source: Box::new(error),
-        }
+        StoreError::backend("redis", operation, error)
     }
 }
 
