@@ -335,6 +335,36 @@ pub(crate) fn checked_table(table: String, option: &'static str) -> Result<Strin
     Ok(table)
 }
 
+/// A pool to `url` for the SQL `store`, one that gives up on an unreachable database after a
+/// few seconds, so the message goes back to the broker instead of waiting.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn connect<D: sqlx::Database>(url: &str, store: &'static str) -> Result<sqlx::Pool<D>> {
+    sqlx::pool::PoolOptions::<D>::new()
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(failed(store, "connect"))
+}
+
+/// Runs a shipped migration of the SQL `store` for a table renamed from its default.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn migrate_renamed<D: sqlx::Database>(
+    pool: &sqlx::Pool<D>,
+    store: &'static str,
+    migration: &str,
+    default: &str,
+    table: &str,
+) -> Result<()>
+where
+    for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
+{
+    sqlx::raw_sql(&migration.replace(default, table))
+        .execute(pool)
+        .await
+        .map_err(failed(store, "run the idempotency migration"))?;
+    Ok(())
+}
+
 /// The error of a persistent store that could not do `operation`.
 #[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 pub(crate) fn failed<E: std::error::Error + Send + Sync + 'static>(

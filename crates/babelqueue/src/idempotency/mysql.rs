@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::MySqlPool;
 
 use super::{IdempotencyStore, SEEN_SET_TABLE, StoreFuture, checked_table};
 use crate::error::{Error, Result};
@@ -97,12 +97,7 @@ impl MySqlStore {
     /// # Errors
     /// [`Error::StoreFailed`] when the database cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
-        let pool = MySqlPoolOptions::new()
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
-            .await
-            .map_err(failed("connect"))?;
-        Ok(Self::new(pool))
+        Ok(Self::new(super::connect(url, "mysql").await?))
     }
 
     fn on_table(pool: MySqlPool, table: String) -> Self {
@@ -138,12 +133,14 @@ impl MySqlStore {
     /// # Errors
     /// [`Error::StoreFailed`] when the database refuses or cannot be reached.
     pub async fn migrate(&self) -> Result<()> {
-        let sql = MYSQL_SEEN_SET_MIGRATION.replace(SEEN_SET_TABLE, &self.table);
-        sqlx::raw_sql(&sql)
-            .execute(&self.pool)
-            .await
-            .map_err(failed("run the idempotency migration"))?;
-        Ok(())
+        super::migrate_renamed(
+            &self.pool,
+            "mysql",
+            MYSQL_SEEN_SET_MIGRATION,
+            SEEN_SET_TABLE,
+            &self.table,
+        )
+        .await
     }
 
     /// Deletes the rows whose TTL passed (they already count as absent: this only reclaims

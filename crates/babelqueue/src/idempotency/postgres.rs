@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use polyq_runtime::coalesce::{BatchFn, Coalescer, distinct_sorted};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 
 use super::{Claim, ClaimingStore, IdempotencyStore, SEEN_SET_TABLE, StoreFuture, checked_table};
 use crate::error::{Error, Result};
@@ -234,25 +234,6 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
     Ok(())
 }
 
-/// A pool that gives up on an unreachable database after a few seconds, so the message goes
-/// back to the broker instead of waiting.
-async fn connect(url: &str) -> Result<PgPool> {
-    PgPoolOptions::new()
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(url)
-        .await
-        .map_err(failed("connect"))
-}
-
-/// Runs a shipped migration for a table renamed from its default.
-async fn migrate_renamed(pool: &PgPool, migration: &str, default: &str, table: &str) -> Result<()> {
-    sqlx::raw_sql(&migration.replace(default, table))
-        .execute(pool)
-        .await
-        .map_err(failed("run the idempotency migration"))?;
-    Ok(())
-}
-
 /// Runs `sql`, binding `id` when given; how many rows it touched.
 async fn execute(
     pool: &PgPool,
@@ -306,7 +287,7 @@ impl PostgresStore {
     /// # Errors
     /// [`Error::StoreFailed`] when the database cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
-        Ok(Self::new(connect(url).await?))
+        Ok(Self::new(super::connect(url, "postgres").await?))
     }
 
     fn on_table(pool: PgPool, table: String) -> Self {
@@ -359,7 +340,14 @@ impl PostgresStore {
     /// # Errors
     /// [`Error::StoreFailed`] when the database refuses or cannot be reached.
     pub async fn migrate(&self) -> Result<()> {
-        migrate_renamed(&self.pool, SEEN_SET_MIGRATION, SEEN_SET_TABLE, &self.table).await
+        super::migrate_renamed(
+            &self.pool,
+            "postgres",
+            SEEN_SET_MIGRATION,
+            SEEN_SET_TABLE,
+            &self.table,
+        )
+        .await
     }
 
     /// Deletes the rows whose TTL passed (they already count as absent: this only reclaims
@@ -430,7 +418,7 @@ impl PostgresClaimingStore {
     /// # Errors
     /// [`Error::StoreFailed`] when the database cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
-        Ok(Self::new(connect(url).await?))
+        Ok(Self::new(super::connect(url, "postgres").await?))
     }
 
     fn on_table(pool: PgPool, table: String) -> Self {
@@ -477,7 +465,14 @@ impl PostgresClaimingStore {
     /// # Errors
     /// [`Error::StoreFailed`] when the database refuses or cannot be reached.
     pub async fn migrate(&self) -> Result<()> {
-        migrate_renamed(&self.pool, CLAIMING_MIGRATION, CLAIMING_TABLE, &self.table).await
+        super::migrate_renamed(
+            &self.pool,
+            "postgres",
+            CLAIMING_MIGRATION,
+            CLAIMING_TABLE,
+            &self.table,
+        )
+        .await
     }
 
     /// Deletes the claims whose expiry passed (a consumer died holding them). How many.
