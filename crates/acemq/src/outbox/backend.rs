@@ -61,6 +61,16 @@ pub(crate) enum Failure {
     Permanent { max_attempts: i32 },
 }
 
+impl Failure {
+    /// How long the row is held back, and the attempts count it is raised to at least.
+    pub fn hold(self) -> (Duration, i32) {
+        match self {
+            Failure::Retry { backoff } => (backoff, 0),
+            Failure::Permanent { max_attempts } => (Duration::ZERO, max_attempts),
+        }
+    }
+}
+
 /// `name` as an outbox table's name, which reaches SQL by interpolation: only a plain identifier
 /// passes.
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -262,10 +262,7 @@ impl Backend for MemoryOutbox {
         failure: Failure,
         _synchronous_commit: bool,
     ) -> BoxFuture<'a, Result<(), OutboxError>> {
-        let (backoff, exhaust) = match failure {
-            Failure::Retry { backoff } => (backoff, 0),
-            Failure::Permanent { max_attempts } => (Duration::ZERO, max_attempts),
-        };
+        let (backoff, exhaust) = failure.hold();
         let mut rows = self.lock();
         if let Some(row) = rows.leased_to(token).find(|row| row.message.id == id) {
             row.attempts = (row.attempts + 1).max(exhaust);

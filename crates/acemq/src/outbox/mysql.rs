@@ -54,22 +54,15 @@ impl Table<MySql> {
         tx: &mut MySqlConnection,
         row: &StoredMessage,
     ) -> Result<(), OutboxError> {
-        sqlx::query(&format!(
+        let insert = format!(
             "INSERT INTO {} (id, exchange, routing_key, body, content_type, headers, properties, \
              mandatory, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
             self.name()
-        ))
-        .bind(&row.id)
-        .bind(&row.exchange)
-        .bind(&row.routing_key)
-        .bind(&row.body)
-        .bind(&row.content_type)
-        .bind(&row.headers)
-        .bind(&row.properties)
-        .bind(row.mandatory)
-        .execute(tx)
-        .await
-        .map_err(self.failed("write to"))?;
+        );
+        row.bind(sqlx::query(&insert))
+            .execute(tx)
+            .await
+            .map_err(self.failed("write to"))?;
         Ok(())
     }
 
@@ -178,10 +171,7 @@ impl Table<MySql> {
         reason: &str,
         failure: Failure,
     ) -> Result<(), OutboxError> {
-        let (backoff, exhaust) = match failure {
-            Failure::Retry { backoff } => (backoff, 0),
-            Failure::Permanent { max_attempts } => (Duration::ZERO, max_attempts),
-        };
+        let (backoff, exhaust) = failure.hold();
         sqlx::query(&format!(
             "UPDATE {} SET attempts = GREATEST(attempts + 1, ?), last_error = ?, \
                locked_by = NULL, locked_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \

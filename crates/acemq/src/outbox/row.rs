@@ -49,6 +49,30 @@ impl StoredMessage {
         Ok((stored, row.try_get("attempts")?))
     }
 
+    /// `insert` with the columns bound in the order every dialect's insert names them: `id`,
+    /// `exchange`, `routing_key`, `body`, `content_type`, `headers`, `properties`, `mandatory`.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub fn bind<'q, D: sqlx::Database>(
+        &'q self,
+        insert: sqlx::query::Query<'q, D, D::Arguments<'q>>,
+    ) -> sqlx::query::Query<'q, D, D::Arguments<'q>>
+    where
+        String: sqlx::Encode<'q, D> + sqlx::Type<D>,
+        Option<String>: sqlx::Encode<'q, D>,
+        Vec<u8>: sqlx::Encode<'q, D> + sqlx::Type<D>,
+        bool: sqlx::Encode<'q, D> + sqlx::Type<D>,
+    {
+        insert
+            .bind(&self.id)
+            .bind(&self.exchange)
+            .bind(&self.routing_key)
+            .bind(&self.body)
+            .bind(&self.content_type)
+            .bind(&self.headers)
+            .bind(&self.properties)
+            .bind(self.mandatory)
+    }
+
     /// The columns for `message`, keyed by the envelope's message id.
     pub fn of(id: String, message: &OutgoingMessage) -> Self {
         let mut rest = message.properties.clone();

@@ -28,22 +28,15 @@ impl Table<Postgres> {
         tx: &mut PgConnection,
         row: &StoredMessage,
     ) -> Result<(), OutboxError> {
-        sqlx::query(&format!(
+        let insert = format!(
             "INSERT INTO {} (id, exchange, routing_key, body, content_type, headers, properties, mandatory) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             self.name()
-        ))
-        .bind(&row.id)
-        .bind(&row.exchange)
-        .bind(&row.routing_key)
-        .bind(&row.body)
-        .bind(&row.content_type)
-        .bind(&row.headers)
-        .bind(&row.properties)
-        .bind(row.mandatory)
-        .execute(tx)
-        .await
-        .map_err(self.failed("write to"))?;
+        );
+        row.bind(sqlx::query(&insert))
+            .execute(tx)
+            .await
+            .map_err(self.failed("write to"))?;
         Ok(())
     }
 
@@ -162,10 +155,7 @@ impl Table<Postgres> {
         failure: Failure,
         synchronous_commit: bool,
     ) -> Result<(), OutboxError> {
-        let (backoff, exhaust) = match failure {
-            Failure::Retry { backoff } => (backoff, 0),
-            Failure::Permanent { max_attempts } => (Duration::ZERO, max_attempts),
-        };
+        let (backoff, exhaust) = failure.hold();
         sqlx::query(&format!(
             "UPDATE {} SET attempts = GREATEST(attempts + 1, $1), last_error = $2, \
                locked_by = NULL, locked_until = now() + make_interval(secs => $3) \
