@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use polyq_runtime::outbox::OutboxStatus;
-use sqlx::{MySql, MySqlConnection, MySqlPool, Row};
+use sqlx::{MySql, MySqlPool, Row};
 use uuid::Uuid;
 
 use crate::outbox::backend::{Backend, Failure, truncate};
@@ -30,6 +30,13 @@ const COLUMNS: &str = "CONVERT(id USING utf8mb4) AS id, exchange, routing_key, b
 
 impl Dialect for MySql {
     const MIGRATION: &'static str = MIGRATION;
+
+    fn insert_statement(table: &str) -> String {
+        format!(
+            "INSERT INTO {table} (id, exchange, routing_key, body, content_type, headers, properties, \
+             mandatory, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))"
+        )
+    }
 }
 
 /// `?, ?, ...`, one placeholder for each of `count` values.
@@ -48,24 +55,6 @@ fn age(micros: Option<i64>) -> Option<Duration> {
 }
 
 impl Table<MySql> {
-    /// Inserts one message in the caller's transaction.
-    pub async fn insert(
-        &self,
-        tx: &mut MySqlConnection,
-        row: &StoredMessage,
-    ) -> Result<(), OutboxError> {
-        let insert = format!(
-            "INSERT INTO {} (id, exchange, routing_key, body, content_type, headers, properties, \
-             mandatory, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
-            self.name()
-        );
-        row.bind(sqlx::query(&insert))
-            .execute(tx)
-            .await
-            .map_err(self.failed("write to"))?;
-        Ok(())
-    }
-
     /// Leases up to `limit` publishable rows, oldest first, to `token` for `lease`: rows under
     /// a live lease or backoff, published, or out of attempts are not offered, and rows another
     /// relay is leasing at this moment are skipped.

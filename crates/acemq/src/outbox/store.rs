@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use polyq_runtime::outbox::{OutboxStatus, WALK_THE_PENDING_INDEX, relay_commit_clause};
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{PgPool, Postgres};
 use uuid::Uuid;
 
 use futures_util::future::BoxFuture;
@@ -19,27 +19,16 @@ pub(crate) const MIGRATION: &str = include_str!("../../migrations/postgres/0001_
 
 impl Dialect for Postgres {
     const MIGRATION: &'static str = MIGRATION;
+
+    fn insert_statement(table: &str) -> String {
+        format!(
+            "INSERT INTO {table} (id, exchange, routing_key, body, content_type, headers, properties, mandatory) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        )
+    }
 }
 
 impl Table<Postgres> {
-    /// Inserts one message in the caller's transaction.
-    pub async fn insert(
-        &self,
-        tx: &mut PgConnection,
-        row: &StoredMessage,
-    ) -> Result<(), OutboxError> {
-        let insert = format!(
-            "INSERT INTO {} (id, exchange, routing_key, body, content_type, headers, properties, mandatory) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            self.name()
-        );
-        row.bind(sqlx::query(&insert))
-            .execute(tx)
-            .await
-            .map_err(self.failed("write to"))?;
-        Ok(())
-    }
-
     /// Leases up to `limit` publishable rows, oldest first, to `token` for `lease`. Rows another
     /// relay is claiming at this moment are skipped, not waited for; rows under a live lease or
     /// backoff, published, or out of attempts are not offered.

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 
 use crate::outbox::backend::{database_error, table_name};
 use crate::outbox::error::OutboxError;
+use crate::outbox::row::StoredMessage;
 
 /// The table every port defaults to.
 pub const DEFAULT_TABLE: &str = "acemq_outbox";
@@ -14,6 +15,10 @@ pub const DEFAULT_TABLE: &str = "acemq_outbox";
 pub(crate) trait Dialect: sqlx::Database {
     /// The shipped migration, written for [`DEFAULT_TABLE`].
     const MIGRATION: &'static str;
+
+    /// The insert of one row into `table`, its placeholders in the order
+    /// [`StoredMessage::bind`] binds the columns.
+    fn insert_statement(table: &str) -> String;
 }
 
 /// A validated table name in dialect `D`: it reaches SQL by interpolation, so only a plain
@@ -79,6 +84,28 @@ impl<D: Dialect> Table<D> {
             .execute(db)
             .await
             .map_err(self.failed("create"))?;
+        Ok(())
+    }
+
+    /// Inserts one message in the caller's transaction.
+    pub async fn insert(
+        &self,
+        tx: &mut D::Connection,
+        row: &StoredMessage,
+    ) -> Result<(), OutboxError>
+    where
+        for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
+        for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
+        for<'q> String: sqlx::Encode<'q, D> + sqlx::Type<D>,
+        for<'q> Option<String>: sqlx::Encode<'q, D>,
+        for<'q> Vec<u8>: sqlx::Encode<'q, D> + sqlx::Type<D>,
+        for<'q> bool: sqlx::Encode<'q, D> + sqlx::Type<D>,
+    {
+        let insert = D::insert_statement(&self.name);
+        row.bind(sqlx::query(&insert))
+            .execute(tx)
+            .await
+            .map_err(self.failed("write to"))?;
         Ok(())
     }
 }
