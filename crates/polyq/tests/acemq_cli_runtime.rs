@@ -1,6 +1,7 @@
 //! `polyq acemq publish`, `consume` and `topology`, run as the built binary against RabbitMQ.
 
 use polyq_amqp::{Client, FieldValue, QueueSpec};
+use polyq_testkit::brokers::DeleteQueues;
 use serde_json::Value;
 
 mod common;
@@ -24,16 +25,11 @@ fn json(args: &[&str]) -> (bool, Value) {
     (output.status.success(), value)
 }
 
-async fn remove(client: &Client, queues: &[String]) {
-    for queue in queues {
-        client.delete_queue(queue).await.ok();
-    }
-}
-
 #[tokio::test]
 async fn publish_then_consume_round_trips_the_envelope_as_decode_shows_it() {
     let url = polyq_testkit::amqp_url();
     let queue = polyq_testkit::unique_name("polyq.cli.acemq");
+    let _queues = DeleteQueues::new(&url, [&queue]);
     let client = Client::connect(&url).await.unwrap();
     client.declare_queue(&QueueSpec::new(&queue)).await.unwrap();
 
@@ -126,7 +122,6 @@ async fn publish_then_consume_round_trips_the_envelope_as_decode_shows_it() {
         idle.is_empty(),
         "an empty queue ends the command at the timeout"
     );
-    remove(&client, &[queue]).await;
     client.close().await.ok();
 }
 
@@ -134,6 +129,7 @@ async fn publish_then_consume_round_trips_the_envelope_as_decode_shows_it() {
 async fn consume_leaves_a_message_it_cannot_show_on_the_queue() {
     let url = polyq_testkit::amqp_url();
     let queue = polyq_testkit::unique_name("polyq.cli.acemq.bad");
+    let _queues = DeleteQueues::new(&url, [&queue]);
     let client = Client::connect(&url).await.unwrap();
     client.declare_queue(&QueueSpec::new(&queue)).await.unwrap();
     let properties = polyq_amqp::Properties::default().with_content_type("application/json");
@@ -171,7 +167,6 @@ async fn consume_leaves_a_message_it_cannot_show_on_the_queue() {
         .expect("the message is still there");
     assert_eq!(&kept.body[..], b"{not json");
     kept.ack().await.unwrap();
-    remove(&client, &[queue]).await;
     client.close().await.ok();
 }
 
@@ -272,6 +267,7 @@ async fn topology_apply_then_validate_finds_no_drift_until_a_queue_is_declared_o
         format!("{queue}.parked"),
         format!("{queue}.retry.2s"),
     ];
+    let _queues = DeleteQueues::new(&url, declared.iter());
 
     let (ok, applied) = json(&with("apply"));
     assert!(ok, "{applied}");
@@ -346,7 +342,6 @@ async fn topology_apply_then_validate_finds_no_drift_until_a_queue_is_declared_o
         .unwrap();
     assert_eq!(missing["state"], "missing");
 
-    remove(&client, &declared).await;
     client.close().await.ok();
 }
 

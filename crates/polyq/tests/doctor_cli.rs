@@ -7,7 +7,7 @@ use std::process::Output;
 use acemq::topology::{SourceQueue, Topology};
 use acemq::topology_apply;
 use polyq_amqp::{Client, FieldTable, FieldValue, OutgoingMessage, Properties, QueueSpec};
-use polyq_testkit::brokers::DeleteRedisKeys;
+use polyq_testkit::brokers::{DeleteQueues, DeleteRedisKeys};
 use polyq_testkit::unique_name;
 use serde_json::Value;
 
@@ -106,18 +106,13 @@ async fn complete_acemq_topology(client: &Client, queue: &str) -> Vec<String> {
     plant(client, topology).await
 }
 
-async fn delete(client: &Client, queues: &[String]) {
-    for queue in queues {
-        client.delete_queue(queue).await.ok();
-    }
-}
-
 #[tokio::test]
 async fn a_clean_acemq_queue_has_no_findings_and_keeps_its_messages_in_order() {
     let url = polyq_testkit::amqp_url();
     let client = client().await;
     let queue = unique_name("doctor.clean");
     let declared = complete_acemq_topology(&client, &queue).await;
+    let _queues = DeleteQueues::new(&url, declared.iter());
     for n in 1..=3 {
         publish(
             &client,
@@ -130,7 +125,6 @@ async fn a_clean_acemq_queue_has_no_findings_and_keeps_its_messages_in_order() {
 
     let (findings, ok) = doctor(&url, &["--queue", &queue, "--policy", POLICY]);
     let kept = bodies(&queue).await;
-    delete(&client, &declared).await;
 
     assert!(findings.is_empty(), "{findings:?}");
     assert!(ok);
@@ -143,6 +137,7 @@ async fn malformed_below_one_and_unknown_reserved_headers_are_found_and_left_in_
     let client = client().await;
     let queue = unique_name("doctor.headers");
     let declared = complete_acemq_topology(&client, &queue).await;
+    let _queues = DeleteQueues::new(&url, declared.iter());
     let mut below_one = envelope_headers("a");
     below_one.insert(acemq::headers::ATTEMPT.into(), FieldValue::I32(0));
     let mut malformed = envelope_headers("a");
@@ -155,7 +150,6 @@ async fn malformed_below_one_and_unknown_reserved_headers_are_found_and_left_in_
 
     let (findings, ok) = doctor(&url, &["--queue", &queue]);
     let kept = bodies(&queue).await;
-    delete(&client, &declared).await;
 
     let below = of_rule(&findings, "acemq/counter-below-one");
     assert_eq!(below.len(), 1, "{findings:?}");
@@ -189,10 +183,10 @@ async fn missing_rungs_and_a_dead_letter_queue_that_is_not_there_are_errors() {
         Topology::new().queue(SourceQueue::new(&queue).with_dead_letter()),
     )
     .await;
+    let _queues = DeleteQueues::new(&url, declared.iter());
     client.delete_queue(&format!("{queue}.dlq")).await.unwrap();
 
     let (findings, ok) = doctor(&url, &["--queue", &queue, "--policy", POLICY]);
-    delete(&client, &declared).await;
 
     let rungs = of_rule(&findings, "acemq/rung-missing");
     assert_eq!(rungs.len(), 3, "{findings:?}");
@@ -224,10 +218,10 @@ async fn a_classic_source_queue_is_a_warning_and_alone_exits_zero() {
         Topology::new().queue(SourceQueue::new(&queue).classic()),
     )
     .await;
+    let _queues = DeleteQueues::new(&url, declared.iter());
 
     let (findings, ok) = doctor(&url, &["--queue", &queue]);
     let text = polyq(&["doctor", "--url", &url, "--queue", &queue]);
-    delete(&client, &declared).await;
 
     let line = String::from_utf8(text.stdout).unwrap();
     assert!(
@@ -253,10 +247,10 @@ async fn a_queue_with_arguments_of_its_own_is_not_judged_by_type_and_keeps_them(
         .classic()
         .argument("x-max-length", FieldValue::I64(10));
     let declared = plant(&client, Topology::new().queue(own.clone())).await;
+    let _queues = DeleteQueues::new(&url, declared.iter());
 
     let (findings, ok) = doctor(&url, &["--queue", &queue]);
     let still = plant(&client, Topology::new().queue(own)).await;
-    delete(&client, &declared).await;
 
     assert!(findings.is_empty(), "{findings:?}");
     assert!(ok);
@@ -313,6 +307,7 @@ async fn babelqueue_bodies_and_a_missing_dead_letter_queue_are_found_on_rabbitmq
     let url = polyq_testkit::amqp_url();
     let client = client().await;
     let queue = unique_name("doctor.babel");
+    let _queues = DeleteQueues::new(&url, [&queue]);
     client
         .declare_queue(&QueueSpec::new(queue.clone()))
         .await
@@ -323,7 +318,6 @@ async fn babelqueue_bodies_and_a_missing_dead_letter_queue_are_found_on_rabbitmq
 
     let (findings, ok) = doctor(&url, &["--queue", &queue, "--family", "babel"]);
     let kept = bodies(&queue).await;
-    delete(&client, std::slice::from_ref(&queue)).await;
 
     assert_body_rules(&findings, &queue);
     let missing = of_rule(&findings, "babelqueue/dead-letter-queue-missing");
@@ -345,6 +339,7 @@ async fn a_clean_babelqueue_queue_on_rabbitmq_has_no_findings() {
     let client = client().await;
     let queue = unique_name("doctor.babel-clean");
     let dlq = format!("{queue}.dlq");
+    let _queues = DeleteQueues::new(&url, [&queue, &dlq]);
     for name in [&queue, &dlq] {
         client
             .declare_queue(&QueueSpec::new(name.clone()))
@@ -355,7 +350,6 @@ async fn a_clean_babelqueue_queue_on_rabbitmq_has_no_findings() {
 
     let (findings, ok) = doctor(&url, &["--queue", &queue, "--family", "babel"]);
     let kept = bodies(&queue).await;
-    delete(&client, &[queue, dlq]).await;
 
     assert!(findings.is_empty(), "{findings:?}");
     assert!(ok);
@@ -513,6 +507,7 @@ async fn without_a_queue_the_family_s_queues_are_found_through_the_management_ap
     // Of neither family: not examined as AceMQ's.
     client.declare_queue(&QueueSpec::new(&plain)).await.unwrap();
     declared.push(plain.clone());
+    let _queues = DeleteQueues::new(&url, declared.iter());
 
     // The API lists a queue once its declaration is recorded: polled, so a slow node is
     // waited for rather than failed.
@@ -525,7 +520,6 @@ async fn without_a_queue_the_family_s_queues_are_found_through_the_management_ap
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     };
-    delete(&client, &declared).await;
 
     let nowhere = of_rule(&findings, "acemq/dead-letter-nowhere");
     assert_eq!(nowhere.len(), 1, "{findings:?}");

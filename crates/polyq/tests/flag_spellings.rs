@@ -55,6 +55,7 @@ fn a_payload_given_twice_is_refused_and_errors_name_the_flag_used() {
 async fn acemq_takes_both_spellings() {
     let url = polyq_testkit::amqp_url();
     let queue = polyq_testkit::unique_name("polyq.cli.spelling");
+    let _queues = DeleteQueues::new(&url, [&queue]);
     let client = Client::connect(&url).await.unwrap();
     client.declare_queue(&QueueSpec::new(&queue)).await.unwrap();
     let publish = ["acemq", "publish", "--url", &url, "--routing-key", &queue];
@@ -82,7 +83,6 @@ async fn acemq_takes_both_spellings() {
         assert_eq!(got.len(), 1, "{flag} stops after one message");
         payloads.push(got[0]["payload"].clone());
     }
-    client.delete_queue(&queue).await.ok();
     client.close().await.ok();
     assert_eq!(payloads, [json!({"n": 1}), json!({"n": 2})]);
 }

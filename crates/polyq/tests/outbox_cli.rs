@@ -10,6 +10,7 @@ use babelqueue::transport::{AnyTransport, ConnectOptions, Transport};
 use babelqueue::{MakeOptions, make};
 use common::{polyq, success_lines};
 use polyq_testkit::brokers::DeleteQueues;
+use polyq_testkit::postgres::DropTables;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -69,19 +70,13 @@ where
     assert!(exit.success(), "graceful stop exits 0, got {exit:?}");
 }
 
-async fn drop_table(db: &PgPool, table: &str) {
-    sqlx::query(&format!("DROP TABLE {table}"))
-        .execute(db)
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn babel_status_and_relay_to_redis() {
     let db = PgPool::connect(&polyq_testkit::postgres_url())
         .await
         .unwrap();
     let table = unique_table("babelqueue_outbox");
+    let _table = DropTables::new([&table]);
     let store = PgOutboxStore::new(db.clone()).in_table(&table).unwrap();
     store.migrate().await.unwrap();
     let queue = polyq_testkit::unique_name("polyq.outbox");
@@ -118,8 +113,6 @@ async fn babel_status_and_relay_to_redis() {
     let after = status("babel", &table);
     assert_eq!(after["pending"], 0);
     assert_eq!(after["oldest_pending_age_ms"], Value::Null);
-
-    drop_table(&db, &table).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,6 +121,7 @@ async fn acemq_status_and_relay_to_rabbitmq() {
         .await
         .unwrap();
     let table = unique_table("acemq_outbox");
+    let _table = DropTables::new([&table]);
     let outbox = acemq::outbox::Outbox::in_table(&table).unwrap();
     outbox.migrate(&db).await.unwrap();
     let url = polyq_testkit::amqp_url();
@@ -162,6 +156,5 @@ async fn acemq_status_and_relay_to_rabbitmq() {
         (json!(0), json!(0))
     );
 
-    drop_table(&db, &table).await;
     mq.close().await.unwrap();
 }
