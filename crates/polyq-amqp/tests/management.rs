@@ -53,15 +53,18 @@ async fn queues_are_listed_with_depths_consumers_and_arguments() {
     let held = client.get(&dlq).await.expect("get").expect("a message");
 
     let api = Management::new(&url, ManagementOptions::new()).expect("derived from the AMQP URL");
+    // The rates come with a later statistics emission of the node (every 5 s by default) than
+    // the depths can: both are waited for.
     let listed = listed_until(&api, &dlq, |queue| {
-        queue.messages_ready == Some(2) && queue.messages_unacknowledged == Some(1)
+        queue.messages_ready == Some(2)
+            && queue.messages_unacknowledged == Some(1)
+            && queue.rates.publish.is_some()
     })
     .await;
     assert_eq!(listed.queue_type(), "classic");
     assert_eq!(listed.dead_letter_exchange(), None);
     assert!(listed.durable && !listed.exclusive);
     assert_eq!(listed.consumers, Some(0));
-    assert!(listed.rates.publish.is_some(), "{listed:?}");
 
     let source_listed = listed_until(&api, &source, |queue| queue.consumers.is_some()).await;
     assert_eq!(source_listed.queue_type(), "quorum");
