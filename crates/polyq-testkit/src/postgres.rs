@@ -7,6 +7,22 @@
 //! // ... create and use `table`; a failed assertion still drops it ...
 //! ```
 
+/// The plan PostgreSQL picks for `statement`, one line a row, with `before` (say a `SET LOCAL`)
+/// sent ahead of it in the same simple query, so that it holds for the `EXPLAIN`.
+///
+/// # Panics
+/// When the database refuses the `EXPLAIN`.
+pub async fn plan(db: &sqlx::PgPool, before: &str, statement: &str) -> Vec<String> {
+    use sqlx::Row as _;
+    sqlx::raw_sql(&format!("{before} EXPLAIN {statement}"))
+        .fetch_all(db)
+        .await
+        .expect("explain")
+        .iter()
+        .map(|row| row.get::<String, _>(0))
+        .collect()
+}
+
 /// Drops its tables (`DROP TABLE IF EXISTS`, so a table the test never made is no error) when it
 /// is dropped: at the end of the test, or while a failed test unwinds.
 #[derive(Debug)]

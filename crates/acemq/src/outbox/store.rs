@@ -258,18 +258,7 @@ impl Backend for SqlBackend<Postgres> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqlx::Row;
-
-    /// The plan of `statement`, one line a row.
-    async fn plan(db: &PgPool, before: &str, statement: &str) -> Vec<String> {
-        sqlx::raw_sql(&format!("{before} EXPLAIN {statement}"))
-            .fetch_all(db)
-            .await
-            .expect("explain")
-            .iter()
-            .map(|row| row.get::<String, _>(0))
-            .collect()
-    }
+    use polyq_testkit::postgres::plan;
 
     /// A backlog written by one transaction into a table never analyzed: the planner, left to
     /// its estimates, would read and sort every pending row for each lease and each lag.

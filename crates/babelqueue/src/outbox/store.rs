@@ -303,16 +303,9 @@ mod tests {
         .await
         .unwrap();
 
-        let plan: Vec<String> = sqlx::raw_sql(&format!(
-            "{WALK_THE_PENDING_INDEX} EXPLAIN {}",
-            store.claim_statement(100)
-        ))
-        .fetch_all(&db)
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get::<String, _>(0))
-        .collect();
+        let plan =
+            polyq_testkit::postgres::plan(&db, WALK_THE_PENDING_INDEX, &store.claim_statement(100))
+                .await;
         assert!(
             plan.iter().any(|line| line.contains("Index Scan using"))
                 && !plan.iter().any(|line| line.contains("Bitmap")),
