@@ -14,7 +14,7 @@ use std::time::Duration;
 use polyq_amqp::{
     Client, ClientOptions, Error, Health, OutgoingMessage, Properties, PublishOutcome, QueueSpec,
 };
-use polyq_testkit::rabbitmq_node::OwnNode;
+use polyq_testkit::rabbitmq_node::{MemoryAlarm, OwnNode};
 use tokio::time::timeout;
 
 /// Upper bound for anything awaited here; reaching it fails the test.
@@ -26,29 +26,6 @@ const ALARM: Duration = Duration::from_secs(3);
 /// Publishes sent at once as the alarm is raised, so that some are in flight when the block
 /// comes.
 const IN_FLIGHT: usize = 20;
-
-/// A memory alarm on `node`: every publishing connection to it is blocked until the drop.
-struct MemoryAlarm<'a> {
-    node: &'a OwnNode,
-}
-
-impl<'a> MemoryAlarm<'a> {
-    /// A watermark of 0 raises the alarm at once.
-    fn raise(node: &'a OwnNode) -> Self {
-        let alarm = Self { node };
-        node.ctl(&["set_vm_memory_high_watermark", "0"]);
-        alarm
-    }
-}
-
-impl Drop for MemoryAlarm<'_> {
-    fn drop(&mut self) {
-        // RabbitMQ's default watermark.
-        if let Err(error) = self.node.try_ctl(&["set_vm_memory_high_watermark", "0.4"]) {
-            eprintln!("could not clear the memory alarm: {error}");
-        }
-    }
-}
 
 fn message(queue: &str, body: impl Into<bytes::Bytes>) -> OutgoingMessage {
     OutgoingMessage::new("", queue, Properties::default(), body)

@@ -117,6 +117,16 @@ pub trait RelaySteps: Sync {
 
     /// Rows `report` says were published.
     fn published(report: &Self::Report) -> usize;
+
+    /// How often [`RelaySteps::renew`] runs while a leased batch is not marked yet (at most a
+    /// third of the lease, so that one late renewal still finds it held).
+    fn renew_every(&self) -> Duration;
+
+    /// Extends the lease of every batch leased and not marked yet. A broker that blocks its
+    /// publishers (out of memory or disk) holds a batch's publishes back for as long as the
+    /// alarm lasts and answers them when it clears; a lease that ran out meanwhile would let
+    /// another relay publish the same rows.
+    fn renew(&self) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
 /// How much of a relay's work [`relay_streak`] overlaps.
@@ -145,16 +155,19 @@ pub struct Streak<R> {
 /// waits for a free place in the window at most, so a lease runs out no sooner than with one
 /// batch in flight.
 ///
-/// A failed lease or mark ends the streak: nothing more is leased, what is in flight is still
-/// published and marked, then the first error is returned (rows leased and not marked come
-/// back when their lease runs out).
+/// While a batch is leased and not marked, its lease is renewed every
+/// [`RelaySteps::renew_every`], so that a broker holding its publishes back does not lose it.
+///
+/// A failed lease, renewal or mark ends the streak: nothing more is leased, what is in flight is
+/// still published and marked, then the first error is returned (rows leased and not marked
+/// come back when their lease runs out).
 ///
 /// The future is boxed: unboxed, a relay's future nests the family's transport futures
 /// so deeply that proving it `Send` for `tokio::spawn` exceeds the compiler's default
 /// recursion limit in the application's crate.
 ///
 /// # Errors
-/// The first error of [`RelaySteps::lease`] or [`RelaySteps::mark`].
+/// The first error of [`RelaySteps::lease`], [`RelaySteps::renew`] or [`RelaySteps::mark`].
 pub fn relay_streak<'a, S: RelaySteps>(
     steps: &'a S,
     pipeline: Pipeline,
@@ -207,6 +220,10 @@ async fn streak<S: RelaySteps>(
     let mut ready = None;
     let mut publishing = FuturesUnordered::new();
     let mut marking = FuturesUnordered::new();
+    let every = steps.renew_every().max(Duration::from_millis(1));
+    let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut renewing = None;
     loop {
         if publishing.len() < window
             && let Some(batch) = ready.take()
@@ -253,6 +270,21 @@ async fn streak<S: RelaySteps>(
                     error.get_or_insert(failure);
                 }
             },
+            _ = renewal.tick(), if renewing.is_none() && (ready.is_some() || !publishing.is_empty()) => {
+                renewing = Some(Box::pin(steps.renew()));
+            }
+            Some(renewed) = async {
+                match renewing.as_mut() {
+                    Some(renew) => Some(renew.await),
+                    None => None,
+                }
+            }, if renewing.is_some() => {
+                renewing = None;
+                if let Err(failure) = renewed {
+                    more = false;
+                    error.get_or_insert(failure);
+                }
+            }
         }
     }
     match error {
@@ -347,11 +379,15 @@ mod tests {
         }
     }
 
-    /// Steps over `full` full batches and then a short one, counting publishes in flight.
+    /// Steps over `full` full batches and then a short one, counting publishes in flight. A
+    /// publish takes `publish_takes` (on a paused clock) or three yields.
     #[derive(Default)]
     struct Counted {
         full: usize,
         fail_lease: Option<usize>,
+        fail_renewal: bool,
+        publish_takes: Option<Duration>,
+        renewed: AtomicUsize,
         leased: AtomicUsize,
         in_flight: AtomicUsize,
         most_in_flight: AtomicUsize,
@@ -380,8 +416,13 @@ mod tests {
         async fn publish(&self, batch: usize) -> usize {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.most_in_flight.fetch_max(now, Ordering::SeqCst);
-            for _ in 0..3 {
-                tokio::task::yield_now().await;
+            match self.publish_takes {
+                Some(takes) => tokio::time::sleep(takes).await,
+                None => {
+                    for _ in 0..3 {
+                        tokio::task::yield_now().await;
+                    }
+                }
             }
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             self.published.lock().unwrap().push(batch);
@@ -400,6 +441,24 @@ mod tests {
 
         fn published(report: &usize) -> usize {
             *report
+        }
+
+        fn renew_every(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+
+        async fn renew(&self) -> Result<(), usize> {
+            let leased = self.leased.load(Ordering::SeqCst);
+            assert!(
+                self.marked.lock().unwrap().len() < leased,
+                "a renewal with every leased batch marked"
+            );
+            self.renewed.fetch_add(1, Ordering::SeqCst);
+            if self.fail_renewal {
+                Err(usize::MAX)
+            } else {
+                Ok(())
+            }
         }
     }
 
@@ -480,6 +539,50 @@ mod tests {
         assert_eq!(failure, Err(3));
         assert_eq!(marked(&steps), vec![0, 1, 2]);
         assert_eq!(steps.leased.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_are_renewed_while_a_batch_is_in_flight_and_only_then() {
+        let steps = Counted {
+            full: 1,
+            publish_takes: Some(Duration::from_millis(10_250)),
+            ..Counted::default()
+        };
+        let pipeline = Pipeline {
+            window: 1,
+            ..UNBOUNDED
+        };
+        let streak = relay_streak(&steps, pipeline, &|| false).await.unwrap();
+        assert_eq!(streak.report, 2);
+        // Two batches one after the other, each 10.25 s in flight: one renewal a second.
+        assert_eq!(steps.renewed.load(Ordering::SeqCst), 20);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(steps.renewed.load(Ordering::SeqCst), 20);
+
+        let quick = Counted {
+            full: 3,
+            ..Counted::default()
+        };
+        relay_streak(&quick, pipeline, &|| false).await.unwrap();
+        assert_eq!(quick.renewed.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_ends_the_streak_after_the_batches_in_flight_are_marked() {
+        let steps = Counted {
+            full: usize::MAX,
+            fail_renewal: true,
+            publish_takes: Some(Duration::from_millis(4_250)),
+            ..Counted::default()
+        };
+        let failure = relay_streak(&steps, UNBOUNDED, &|| false).await;
+        assert_eq!(failure, Err(usize::MAX));
+        // Three batches in flight and a fourth waiting when the first renewal fails: nothing
+        // more is leased, and the four stay renewed until the last is marked at 8.5 s.
+        assert_eq!(steps.leased.load(Ordering::SeqCst), 4);
+        assert_eq!(steps.renewed.load(Ordering::SeqCst), 8);
+        let leased = steps.leased.load(Ordering::SeqCst);
+        assert_eq!(marked(&steps), (0..leased).collect::<Vec<_>>());
     }
 
     #[tokio::test]

@@ -80,6 +80,35 @@ impl OwnNode {
     }
 }
 
+/// A memory alarm on a node of a test's own: every connection that publishes to it is blocked
+/// until the alarm is dropped.
+#[derive(Debug)]
+pub struct MemoryAlarm<'a> {
+    node: &'a OwnNode,
+}
+
+impl<'a> MemoryAlarm<'a> {
+    /// Raises the alarm at once (a watermark of 0). Blocks the calling thread while
+    /// `rabbitmqctl` runs.
+    ///
+    /// # Panics
+    /// When `rabbitmqctl` fails.
+    pub fn raise(node: &'a OwnNode) -> Self {
+        let alarm = Self { node };
+        node.ctl(&["set_vm_memory_high_watermark", "0"]);
+        alarm
+    }
+}
+
+impl Drop for MemoryAlarm<'_> {
+    fn drop(&mut self) {
+        // RabbitMQ's default watermark.
+        if let Err(error) = self.node.try_ctl(&["set_vm_memory_high_watermark", "0.4"]) {
+            eprintln!("could not clear the memory alarm: {error}");
+        }
+    }
+}
+
 impl Drop for OwnNode {
     fn drop(&mut self) {
         if let Err(error) = try_run_script(&["stop", &self.name]) {

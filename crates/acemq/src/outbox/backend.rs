@@ -38,6 +38,15 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         synchronous_commit: bool,
     ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>>;
 
+    /// Extends to `lease` from now the lease of the rows `ids` still leased to `token`.
+    fn renew<'a>(
+        &'a self,
+        token: &'a str,
+        ids: &'a [String],
+        lease: Duration,
+        synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>>;
+
     /// Counts a failed publish against a row, with its reason, and holds it back.
     fn mark_failed<'a>(
         &'a self,
@@ -107,6 +116,43 @@ pub(crate) fn truncate(reason: &str) -> &str {
         end -= 1;
     }
     &reason[..end]
+}
+
+/// Checks the renewals of `backend`, which holds some publishable rows: a renewal changes the
+/// lease of its own token's rows only, and sets it from now.
+#[cfg(test)]
+pub(crate) async fn renewals_hold_the_rows_of_their_token_only(backend: &dyn Backend) {
+    let hour = Duration::from_secs(3600);
+    let claim = |token| backend.claim(token, hour, 10, 100, false);
+    let holder = Uuid::new_v4();
+    let claimed = claim(holder).await.unwrap();
+    assert!(!claimed.is_empty());
+    let ids: Vec<String> = claimed.iter().map(|(row, _)| row.id.clone()).collect();
+
+    let stranger = Uuid::new_v4().to_string();
+    backend
+        .renew(&stranger, &ids, Duration::ZERO, false)
+        .await
+        .unwrap();
+    assert!(
+        claim(Uuid::new_v4()).await.unwrap().is_empty(),
+        "another token's renewal ended the lease"
+    );
+    backend
+        .renew(&holder.to_string(), &ids, Duration::ZERO, false)
+        .await
+        .unwrap();
+    let next = Uuid::new_v4();
+    assert_eq!(
+        claim(next).await.unwrap().len(),
+        ids.len(),
+        "a renewal to no time at all ends the lease now"
+    );
+    backend
+        .renew(&next.to_string(), &ids, hour, false)
+        .await
+        .unwrap();
+    assert!(claim(Uuid::new_v4()).await.unwrap().is_empty());
 }
 
 #[cfg(test)]

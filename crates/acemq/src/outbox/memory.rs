@@ -254,6 +254,20 @@ impl Backend for MemoryOutbox {
         Box::pin(std::future::ready(Ok(rows.lag(max_attempts))))
     }
 
+    fn renew<'a>(
+        &'a self,
+        token: &'a str,
+        _ids: &'a [String],
+        lease: Duration,
+        _synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let until = Instant::now() + lease;
+        for row in self.lock().leased_to(token) {
+            row.locked_until = Some(until);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     fn mark_failed<'a>(
         &'a self,
         token: &'a str,
@@ -275,5 +289,25 @@ impl Backend for MemoryOutbox {
 
     fn status(&self, max_attempts: i32) -> BoxFuture<'_, Result<OutboxStatus, OutboxError>> {
         Box::pin(std::future::ready(Ok(self.lock().status(max_attempts))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AceMq;
+
+    #[tokio::test]
+    async fn a_renewal_holds_the_rows_of_its_token_only() {
+        let mq = AceMq::connect("memory://outbox-renewals").await.unwrap();
+        let publisher = mq.publisher::<serde_json::Value>("", "orders");
+        let outbox = MemoryOutbox::new();
+        let mut tx = outbox.begin();
+        for id in 0..3 {
+            tx.record(&publisher, &serde_json::json!({ "id": id }))
+                .unwrap();
+        }
+        tx.commit();
+        crate::outbox::backend::renewals_hold_the_rows_of_their_token_only(&outbox).await;
     }
 }

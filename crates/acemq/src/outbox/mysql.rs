@@ -149,6 +149,34 @@ impl Table<MySql> {
         Ok(age(oldest))
     }
 
+    /// Extends to `lease` from now the lease of the rows `ids` still leased to `token`.
+    pub async fn renew(
+        &self,
+        db: &MySqlPool,
+        token: &str,
+        ids: &[String],
+        lease: Duration,
+    ) -> Result<(), OutboxError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let renew = format!(
+            "UPDATE {} SET locked_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+             WHERE locked_by = ? AND id IN ({})",
+            self.name(),
+            placeholders(ids.len())
+        );
+        let mut update = sqlx::query(&renew).bind(micros(lease)).bind(token);
+        for id in ids {
+            update = update.bind(id);
+        }
+        update
+            .execute(db)
+            .await
+            .map_err(self.failed("renew the lease of a batch in"))?;
+        Ok(())
+    }
+
     /// Counts a failed publish against a row with its reason, and keeps it back for `backoff`.
     /// A permanent failure uses up every attempt at once, so the row stays for someone to look
     /// at and is not offered again.
@@ -242,6 +270,16 @@ impl Backend for SqlBackend<MySql> {
         )
     }
 
+    fn renew<'a>(
+        &'a self,
+        token: &'a str,
+        ids: &'a [String],
+        lease: Duration,
+        _synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(self.table.renew(&self.db, token, ids, lease))
+    }
+
     fn mark_failed<'a>(
         &'a self,
         token: &'a str,
@@ -262,6 +300,27 @@ impl Backend for SqlBackend<MySql> {
 mod tests {
     use super::*;
     use crate::outbox::table::DEFAULT_TABLE;
+
+    #[tokio::test]
+    async fn a_renewal_holds_the_rows_of_its_token_only() {
+        let db = MySqlPool::connect(&polyq_testkit::mariadb_url())
+            .await
+            .expect("MariaDB is reachable (POLYQ_MARIADB_URL)");
+        let name = polyq_testkit::unique_name("acemq_outbox_renew").replace(['-', '.'], "_");
+        let _dropped = polyq_testkit::mysql::DropTables::new([&name]);
+        let table = Table::<MySql>::new(&name).unwrap();
+        table.migrate(&db).await.unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {name} (id, exchange, routing_key, body, content_type, headers) \
+             VALUES ('m-1', '', 'orders', '{{}}', 'application/json', '{{}}'), \
+                    ('m-2', '', 'orders', '{{}}', 'application/json', '{{}}')"
+        ))
+        .execute(&db)
+        .await
+        .unwrap();
+        let backend = SqlBackend { db, table };
+        crate::outbox::backend::renewals_hold_the_rows_of_their_token_only(&backend).await;
+    }
 
     #[test]
     fn the_migration_is_renamed_whole_and_lists_are_one_placeholder_a_value() {

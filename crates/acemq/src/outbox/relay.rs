@@ -6,7 +6,8 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt as _, StreamExt as _};
 use polyq_amqp::{Client, PublishOutcome};
 use polyq_runtime::Shutdown;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::AceMq;
 use crate::outbox::error::OutboxError;
@@ -34,8 +35,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 /// database pool and broker connection.
 ///
 /// Each pass leases a batch of rows (`FOR UPDATE SKIP LOCKED` picks them, a `locked_until`
-/// lease holds them, so two relays never take the same row and a relay that dies mid-batch
-/// frees its rows when the lease runs out), publishes each row's stored exchange, routing key,
+/// lease holds them and is renewed until they are marked, so two relays never take the same
+/// row and a relay that dies mid-batch frees its rows when the lease runs out), publishes each row's stored exchange, routing key,
 /// properties, headers and body unchanged, waits for the broker's confirms, and marks published
 /// only the rows the broker confirmed. A refused, unroutable or unconfirmed publish counts an
 /// attempt, keeps its reason in `last_error` and holds the row back for a linear backoff; a row
@@ -132,10 +133,12 @@ impl OutboxRelayBuilder {
         self
     }
 
-    /// How long a claimed batch is held before another relay may take it (default 90 s); it
-    /// must outlast publishing one batch, and the wait of a leased batch for a place in the
-    /// [`window`](OutboxRelayBuilder::window) before it (one confirm timeout at most), so
-    /// [`build`](OutboxRelayBuilder::build) refuses a lease of two confirm timeouts or less.
+    /// How long a claimed batch is held before another relay may take it (default 90 s). While
+    /// the batch is published and awaits its confirms, its lease is renewed every third of
+    /// this, so a broker that blocks the relay's connection for longer (a memory or disk
+    /// alarm) does not hand its rows to another relay; a relay that dies lets them go one lease
+    /// after its last renewal. [`build`](OutboxRelayBuilder::build) refuses a lease of two
+    /// confirm timeouts or less.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -149,7 +152,8 @@ impl OutboxRelayBuilder {
         self
     }
 
-    /// How long a publish waits for its confirm (default 30 s).
+    /// How long a publish waits for its confirm (default 30 s), not counting the time the
+    /// broker blocks the connection: it answers what it holds once the block ends.
     pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
         self.confirm_timeout = timeout;
         self
@@ -341,7 +345,7 @@ impl OutboxRelay {
     /// # Errors
     /// As [`OutboxRelay::flush`].
     pub async fn drain(&self, max_passes: usize) -> Result<RelayPass, OutboxError> {
-        relay_drain(&Steps(self), self.window, max_passes).await
+        relay_drain(&Steps::new(self), self.window, max_passes).await
     }
 
     /// Passes back to back while each finds a full batch, at most `max_passes`, until `stop`
@@ -356,7 +360,7 @@ impl OutboxRelay {
             window: self.window,
             max_batches: max_passes,
         };
-        relay_streak(&Steps(self), pipeline, stop).await
+        relay_streak(&Steps::new(self), pipeline, stop).await
     }
 
     /// Relays until `shutdown` stops it: a full batch is followed by the next at once (leased
@@ -406,8 +410,25 @@ impl OutboxRelay {
     }
 }
 
-/// The relay's steps as [`relay_streak`] overlaps them.
-struct Steps<'a>(&'a OutboxRelay);
+/// The relay's steps as [`relay_streak`] overlaps them, with the batches leased and not marked
+/// yet: their tokens and row ids, for the renewals.
+struct Steps<'a> {
+    relay: &'a OutboxRelay,
+    unmarked: Mutex<HashMap<String, Vec<String>>>,
+}
+
+impl<'a> Steps<'a> {
+    fn new(relay: &'a OutboxRelay) -> Self {
+        Self {
+            relay,
+            unmarked: Mutex::default(),
+        }
+    }
+
+    fn unmarked(&self) -> MutexGuard<'_, HashMap<String, Vec<String>>> {
+        self.unmarked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 impl RelaySteps for Steps<'_> {
     type Batch = Batch;
@@ -417,7 +438,7 @@ impl RelaySteps for Steps<'_> {
 
     /// Leases the next batch under a token of its own.
     async fn lease(&self) -> Result<Batch, OutboxError> {
-        let relay = self.0;
+        let relay = self.relay;
         let token = uuid::Uuid::new_v4();
         let rows = relay
             .backend
@@ -429,29 +450,43 @@ impl RelaySteps for Steps<'_> {
                 relay.synchronous_commit,
             )
             .await?;
-        Ok(Batch {
-            token: token.to_string(),
-            rows,
-        })
+        let token = token.to_string();
+        if !rows.is_empty() {
+            let ids = rows.iter().map(|(row, _)| row.id.clone()).collect();
+            self.unmarked().insert(token.clone(), ids);
+        }
+        Ok(Batch { token, rows })
     }
 
     fn is_full(&self, batch: &Batch) -> bool {
-        let relay = self.0;
+        let relay = self.relay;
         batch.rows.len() as i64 >= relay.batch_size
     }
 
     /// Publishes a leased batch's rows and awaits the broker's answers, all of them under one
-    /// deadline: they went out together. A row that cannot be read as a message is set aside
-    /// for the mark.
+    /// deadline: they went out together. The deadline stands still while the broker blocks
+    /// the connection, since it still answers what it holds once the block ends; the rows after
+    /// one the block kept from being sent are not tried (they would wait the same), and are
+    /// offered again after a backoff. A row that cannot be read as a message is set aside for
+    /// the mark.
     async fn publish(&self, batch: Batch) -> Published {
-        let relay = self.0;
+        let relay = self.relay;
         let Batch { token, rows } = batch;
         let claimed = rows.len();
         let mut outcomes = Vec::with_capacity(claimed);
         let mut unreadable = Vec::new();
         let mut confirms = FuturesUnordered::new();
+        let mut blocked = None;
         for (row, attempts) in rows {
             let id = row.id.clone();
+            if let Some(reason) = &blocked {
+                outcomes.push(SentRow {
+                    id,
+                    attempts,
+                    answer: Some(Err(format!("not sent: {reason}"))),
+                });
+                continue;
+            }
             match row.into_message() {
                 Ok(message) => match relay.client.publish(message).await {
                     Ok(confirm) => {
@@ -465,6 +500,9 @@ impl RelaySteps for Steps<'_> {
                     }
                     Err(error) => {
                         let reason = polyq_amqp::error_chain(&error);
+                        if matches!(error, polyq_amqp::Error::Blocked { .. }) {
+                            blocked = Some(reason.clone());
+                        }
                         outcomes.push(SentRow {
                             id,
                             attempts,
@@ -475,17 +513,16 @@ impl RelaySteps for Steps<'_> {
                 Err(reason) => unreadable.push((id, reason)),
             }
         }
-        let deadline = tokio::time::sleep(relay.confirm_timeout);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                answer = confirms.next() => match answer {
-                    Some((index, answer)) => outcomes[index].answer = Some(confirmed(answer)),
-                    None => break,
-                },
-                () = &mut deadline => break,
+        let answers = async {
+            while let Some((index, answer)) = confirms.next().await {
+                outcomes[index].answer = Some(confirmed(answer));
             }
-        }
+        };
+        // What has not answered by the deadline stays `None`.
+        let _all_answered = relay
+            .client
+            .timeout_unblocked(relay.confirm_timeout, answers)
+            .await;
         Published {
             token,
             claimed,
@@ -498,13 +535,14 @@ impl RelaySteps for Steps<'_> {
     /// after a backoff, and the confirmed ones published in one statement that also reads the
     /// lag.
     async fn mark(&self, published: Published) -> Result<RelayPass, OutboxError> {
-        let relay = self.0;
+        let relay = self.relay;
         let Published {
             token,
             claimed,
             outcomes,
             unreadable,
         } = published;
+        self.unmarked().remove(&token);
         let mut pass = RelayPass {
             claimed,
             ..RelayPass::default()
@@ -561,6 +599,26 @@ impl RelaySteps for Steps<'_> {
 
     fn published(pass: &RelayPass) -> usize {
         pass.published
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.relay.lease / 3
+    }
+
+    async fn renew(&self) -> Result<(), OutboxError> {
+        let relay = self.relay;
+        let unmarked: Vec<(String, Vec<String>)> = self
+            .unmarked()
+            .iter()
+            .map(|(token, ids)| (token.clone(), ids.clone()))
+            .collect();
+        for (token, ids) in &unmarked {
+            relay
+                .backend
+                .renew(token, ids, relay.lease, relay.synchronous_commit)
+                .await?;
+        }
+        Ok(())
     }
 }
 

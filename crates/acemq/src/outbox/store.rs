@@ -132,6 +132,30 @@ impl Table<Postgres> {
         )
     }
 
+    /// Extends to `lease` from now the lease of the rows `ids` still leased to `token`.
+    pub async fn renew(
+        &self,
+        db: &PgPool,
+        token: &str,
+        ids: &[String],
+        lease: Duration,
+        synchronous_commit: bool,
+    ) -> Result<(), OutboxError> {
+        sqlx::query(&format!(
+            "UPDATE {} SET locked_until = now() + make_interval(secs => $1) \
+             {} WHERE id = ANY($2) AND locked_by = $3",
+            self.name(),
+            relay_commit_clause(synchronous_commit)
+        ))
+        .bind(lease.as_secs_f64())
+        .bind(ids)
+        .bind(token)
+        .execute(db)
+        .await
+        .map_err(self.failed("renew the lease of a batch in"))?;
+        Ok(())
+    }
+
     /// Counts a failed publish against a row with its reason, and keeps it back for `backoff`.
     /// A `permanent` failure (a row that can never be published) uses up every attempt at once,
     /// so the row stays for someone to look at and is not offered again.
@@ -236,6 +260,19 @@ impl Backend for SqlBackend<Postgres> {
         )
     }
 
+    fn renew<'a>(
+        &'a self,
+        token: &'a str,
+        ids: &'a [String],
+        lease: Duration,
+        synchronous_commit: bool,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(
+            self.table
+                .renew(&self.db, token, ids, lease, synchronous_commit),
+        )
+    }
+
     fn mark_failed<'a>(
         &'a self,
         token: &'a str,
@@ -259,6 +296,27 @@ impl Backend for SqlBackend<Postgres> {
 mod tests {
     use super::*;
     use polyq_testkit::postgres::plan;
+
+    #[tokio::test]
+    async fn a_renewal_holds_the_rows_of_its_token_only() {
+        let db = PgPool::connect(&polyq_testkit::postgres_url())
+            .await
+            .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
+        let name = polyq_testkit::unique_name("acemq_outbox_renew").replace(['-', '.'], "_");
+        let _dropped = polyq_testkit::postgres::DropTables::new([&name]);
+        let table = Table::<Postgres>::new(&name).unwrap();
+        table.migrate(&db).await.unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {name} (id, exchange, routing_key, body, content_type, headers) \
+             SELECT 'm-' || n, '', 'orders', '\\x7b7d', 'application/json', '{{}}' \
+             FROM generate_series(1, 3) AS n"
+        ))
+        .execute(&db)
+        .await
+        .unwrap();
+        let backend = SqlBackend { db, table };
+        crate::outbox::backend::renewals_hold_the_rows_of_their_token_only(&backend).await;
+    }
 
     /// A backlog written by one transaction into a table never analyzed: the planner, left to
     /// its estimates, would read and sort every pending row for each lease and each lag.

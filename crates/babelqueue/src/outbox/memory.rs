@@ -204,6 +204,23 @@ impl OutboxStore for MemoryOutboxStore {
         Box::pin(std::future::ready(Ok(claimed)))
     }
 
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn renew<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let until = Instant::now() + self.lease;
+        let mut rows = self.lock();
+        for id in ids {
+            if let Some(row) = rows.by_id.get_mut(id)
+                && row.status == Status::Pending
+            {
+                row.locked_until = Some(until);
+            }
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     fn mark_published<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>> {
         let mut rows = self.lock();
         for id in ids {

@@ -103,6 +103,15 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<OutboxRecord>, OutboxError>>;
 
+    /// How long a fetch holds its rows. The relay renews the claim every third of it until
+    /// it has marked them.
+    fn lease(&self) -> Duration;
+
+    /// Extends to a full lease from now the claim on the rows `ids`, fetched by this relay and
+    /// not marked yet: a broker that blocks its publishers (out of memory or disk) holds their
+    /// publishes back for as long as the alarm lasts.
+    fn renew<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>>;
+
     /// Marks rows the binding accepted as published.
     fn mark_published<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>>;
 

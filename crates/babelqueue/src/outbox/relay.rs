@@ -1,6 +1,7 @@
 //! The relay of ADR-0029: publishes committed rows verbatim through any binding.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -160,7 +161,7 @@ impl<T: Transport> OutboxRelay<T> {
     /// # Errors
     /// As [`OutboxRelay::flush`].
     pub async fn drain(&self, max_passes: usize) -> Result<FlushReport, OutboxError> {
-        relay_drain(&Steps(self), self.window, max_passes).await
+        relay_drain(&Steps::new(self), self.window, max_passes).await
     }
 
     /// Flushes until `shutdown` stops it: a pass that found a full batch is followed by the next
@@ -191,7 +192,7 @@ impl<T: Transport> OutboxRelay<T> {
             window: self.window,
             max_batches: max_passes,
         };
-        relay_streak(&Steps(self), pipeline, stop).await
+        relay_streak(&Steps::new(self), pipeline, stop).await
     }
 
     /// Pending and failed rows and the lag.
@@ -223,8 +224,25 @@ struct Published {
     unpublishable: Vec<(i64, String)>,
 }
 
-/// The relay's steps as [`relay_streak`] overlaps them.
-struct Steps<'a, T>(&'a OutboxRelay<T>);
+/// The relay's steps as [`relay_streak`] overlaps them, with the rows fetched and not marked
+/// yet, for the renewals.
+struct Steps<'a, T> {
+    relay: &'a OutboxRelay<T>,
+    unmarked: Mutex<BTreeSet<i64>>,
+}
+
+impl<'a, T> Steps<'a, T> {
+    fn new(relay: &'a OutboxRelay<T>) -> Self {
+        Self {
+            relay,
+            unmarked: Mutex::default(),
+        }
+    }
+
+    fn unmarked(&self) -> MutexGuard<'_, BTreeSet<i64>> {
+        self.unmarked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 impl<T: Transport> RelaySteps for Steps<'_, T> {
     type Batch = Vec<OutboxRecord>;
@@ -233,17 +251,23 @@ impl<T: Transport> RelaySteps for Steps<'_, T> {
     type Error = OutboxError;
 
     async fn lease(&self) -> Result<Vec<OutboxRecord>, OutboxError> {
-        self.0.store.fetch_unpublished(self.0.batch_size).await
+        let batch = self
+            .relay
+            .store
+            .fetch_unpublished(self.relay.batch_size)
+            .await?;
+        self.unmarked().extend(batch.iter().map(|record| record.id));
+        Ok(batch)
     }
 
     fn is_full(&self, batch: &Vec<OutboxRecord>) -> bool {
-        batch.len() >= self.0.batch_size
+        batch.len() >= self.relay.batch_size
     }
 
     /// Publishes the stored bytes of every row that can be published, all at once, and waits
     /// for the binding's answers.
     async fn publish(&self, batch: Vec<OutboxRecord>) -> Published {
-        let relay = self.0;
+        let relay = self.relay;
         let mut unpublishable = Vec::new();
         let mut sending = Vec::with_capacity(batch.len());
         for record in batch {
@@ -276,8 +300,17 @@ impl<T: Transport> RelaySteps for Steps<'_, T> {
     /// Marks the rows that can never be published failed, the refused ones failed after a
     /// backoff, and the accepted ones published in one statement.
     async fn mark(&self, published: Published) -> Result<FlushReport, OutboxError> {
-        let relay = self.0;
+        let relay = self.relay;
         let store = &relay.store;
+        {
+            let mut unmarked = self.unmarked();
+            for id in published.unpublishable.iter().map(|(id, _)| id) {
+                unmarked.remove(id);
+            }
+            for id in published.outcomes.iter().map(|(id, ..)| id) {
+                unmarked.remove(id);
+            }
+        }
         let mut report = FlushReport::default();
         for (id, reason) in published.unpublishable {
             tracing::warn!(table = store.name(), id, %reason, "an outbox row cannot be published; it is marked failed");
@@ -309,6 +342,17 @@ impl<T: Transport> RelaySteps for Steps<'_, T> {
 
     fn published(report: &FlushReport) -> usize {
         report.published
+    }
+    fn renew_every(&self) -> Duration {
+        self.relay.store.lease() / 3
+    }
+
+    async fn renew(&self) -> Result<(), OutboxError> {
+        let ids: Vec<i64> = self.unmarked().iter().copied().collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.relay.store.renew(&ids).await
     }
 }
 

@@ -45,8 +45,9 @@ impl PgOutboxStore {
         Ok(self)
     }
 
-    /// How long a fetched batch is held before another relay may fetch it (default 60 s); it
-    /// must outlast publishing one batch.
+    /// How long a fetched batch is held before another relay may fetch it (default 60 s). The
+    /// relay renews it every third of this until the batch is marked, so a broker that blocks
+    /// the relay for longer does not hand its rows to another relay.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -203,6 +204,26 @@ impl PgOutboxStore {
         Ok(())
     }
 
+    /// Extends to a full lease from now the claim on the pending rows `ids`, fetched and not
+    /// marked yet.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn renew(&self, ids: &[i64]) -> Result<(), OutboxError> {
+        sqlx::query(&format!(
+            "UPDATE {} SET locked_until = now() + make_interval(secs => $1) \
+             {} WHERE id = ANY($2) AND status = 'pending'",
+            self.table,
+            relay_commit_clause(self.synchronous_commit)
+        ))
+        .bind(self.lease.as_secs_f64())
+        .bind(ids)
+        .execute(&self.db)
+        .await
+        .map_err(self.failed("renew the claim of a batch in"))?;
+        Ok(())
+    }
+
     /// Pending and failed counts and the age of the oldest pending row.
     ///
     /// # Errors
@@ -232,6 +253,14 @@ impl OutboxStore for PgOutboxStore {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<OutboxRecord>, OutboxError>> {
         Box::pin(PgOutboxStore::fetch_unpublished(self, limit))
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn renew<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(PgOutboxStore::renew(self, ids))
     }
 
     fn mark_published<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>> {
