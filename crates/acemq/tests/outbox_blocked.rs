@@ -12,7 +12,7 @@
 mod outbox_db;
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use acemq::AceMq;
 use outbox_db::{Db, Store, Tables};
@@ -84,26 +84,21 @@ async fn a_relay_blocked_for_longer_than_its_lease_keeps_its_batch_and_publishes
         .expect("the broker blocks the relay's connection")
         .expect("the client is open");
 
+    // A rival pass that leased rows of the blocked batch would be blocked in its turn.
     let rival = relay(&tables, &other);
-    let until = Instant::now() + ALARM;
-    while Instant::now() < until {
-        // A pass that leased rows of the blocked batch would be blocked in its turn.
-        let pass = timeout(LIMIT, rival.flush())
-            .await
-            .expect("the rival's pass ends")
-            .expect("the rival's pass");
-        assert_eq!(
-            pass.claimed, 0,
-            "a row of the blocked relay's batch was leased again while the block lasted"
-        );
-        assert!(
-            !blocked.is_finished(),
-            "the blocked relay gave up its batch"
-        );
-        // Pacing the rival's passes over the alarm, not waiting for an event.
-        tokio::time::sleep(LEASE / 4).await;
-    }
-    drop(alarm);
+    alarm
+        .hold_checking(ALARM, LEASE / 4, LIMIT, async || {
+            let pass = rival.flush().await.expect("the rival's pass");
+            assert_eq!(
+                pass.claimed, 0,
+                "a row of the blocked relay's batch was leased again while the block lasted"
+            );
+            assert!(
+                !blocked.is_finished(),
+                "the blocked relay gave up its batch"
+            );
+        })
+        .await;
 
     let first = timeout(LIMIT, blocked)
         .await

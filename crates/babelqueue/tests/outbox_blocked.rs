@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use babelqueue::outbox::{Outbox, OutboxRelay, PgOutboxStore};
 use babelqueue::transport::{AmqpOptions, AmqpTransport};
@@ -92,27 +92,22 @@ async fn a_relay_blocked_for_longer_than_the_lease_keeps_its_claim_and_publishes
         .expect("the broker blocks the relay's connection")
         .expect("the client is open");
 
+    // A rival pass that claimed rows of the blocked batch would be blocked in its turn.
     let rival = relay(&store, &other);
-    let until = Instant::now() + ALARM;
-    while Instant::now() < until {
-        // A pass that claimed rows of the blocked batch would be blocked in its turn.
-        let pass = timeout(LIMIT, rival.flush())
-            .await
-            .expect("the rival's pass ends")
-            .expect("the rival's pass");
-        assert_eq!(
-            (pass.published, pass.failed),
-            (0, 0),
-            "a row of the blocked relay's batch was claimed again while the block lasted"
-        );
-        assert!(
-            !blocked.is_finished(),
-            "the blocked relay gave up its batch"
-        );
-        // Pacing the rival's passes over the alarm, not waiting for an event.
-        tokio::time::sleep(LEASE / 4).await;
-    }
-    drop(alarm);
+    alarm
+        .hold_checking(ALARM, LEASE / 4, LIMIT, async || {
+            let pass = rival.flush().await.expect("the rival's pass");
+            assert_eq!(
+                (pass.published, pass.failed),
+                (0, 0),
+                "a row of the blocked relay's batch was claimed again while the block lasted"
+            );
+            assert!(
+                !blocked.is_finished(),
+                "the blocked relay gave up its batch"
+            );
+        })
+        .await;
 
     let first = timeout(LIMIT, blocked)
         .await

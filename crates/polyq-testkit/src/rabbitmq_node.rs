@@ -6,6 +6,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// A RabbitMQ node of one test: started on construction, stopped and its files removed on drop.
 #[derive(Debug)]
@@ -97,6 +98,31 @@ impl<'a> MemoryAlarm<'a> {
         let alarm = Self { node };
         node.ctl(&["set_vm_memory_high_watermark", "0"]);
         alarm
+    }
+}
+
+impl MemoryAlarm<'_> {
+    /// Holds the alarm for `hold`, running `check` every `every` meanwhile (a check that blocks
+    /// is cut off after `limit`, which fails the test), then clears it.
+    ///
+    /// # Panics
+    /// When a check takes longer than `limit`.
+    pub async fn hold_checking(
+        self,
+        hold: Duration,
+        every: Duration,
+        limit: Duration,
+        mut check: impl AsyncFnMut(),
+    ) {
+        let until = Instant::now() + hold;
+        while Instant::now() < until {
+            tokio::time::timeout(limit, check())
+                .await
+                .expect("a check during the alarm ended within the limit");
+            // Pacing the checks over the alarm, not waiting for an event.
+            tokio::time::sleep(every).await;
+        }
+        drop(self);
     }
 }
 
