@@ -18,7 +18,9 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Leases up to `limit` publishable rows, oldest first, to `token` for `lease`, with each
     /// row's failed attempts so far. The token is a UUID so that a store may write it into a
-    /// statement's text: its form leaves nothing to quote.
+    /// statement's text: its form leaves nothing to quote. With `after`, the id of the last row
+    /// of the batch before, a store may look only at rows after that one in the order of
+    /// the pending index; rows before it are offered again once the relay leases without it.
     fn claim<'a>(
         &'a self,
         token: Uuid,
@@ -26,6 +28,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         max_attempts: i32,
         limit: i64,
         synchronous_commit: bool,
+        after: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>>;
 
     /// Marks rows the broker confirmed as published and ends their lease; then the age of
@@ -123,7 +126,7 @@ pub(crate) fn truncate(reason: &str) -> &str {
 #[cfg(test)]
 pub(crate) async fn renewals_hold_the_rows_of_their_token_only(backend: &dyn Backend) {
     let hour = Duration::from_secs(3600);
-    let claim = |token| backend.claim(token, hour, 10, 100, false);
+    let claim = |token| backend.claim(token, hour, 10, 100, false, None);
     let holder = Uuid::new_v4();
     let claimed = claim(holder).await.unwrap();
     assert!(!claimed.is_empty());

@@ -214,6 +214,7 @@ impl Backend for MemoryOutbox {
         max_attempts: i32,
         limit: i64,
         _synchronous_commit: bool,
+        _after: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>> {
         let now = Instant::now();
         let mut rows = self.lock();

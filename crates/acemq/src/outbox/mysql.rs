@@ -250,6 +250,7 @@ impl Backend for SqlBackend<MySql> {
         max_attempts: i32,
         limit: i64,
         _synchronous_commit: bool,
+        _after: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>> {
         Box::pin(
             self.table

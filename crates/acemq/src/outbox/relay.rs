@@ -410,11 +410,41 @@ impl OutboxRelay {
     }
 }
 
+/// Leases of a streak that start behind the batch before it, between two that walk the pending
+/// index from its start.
+const BEHIND_THE_LAST_BATCH: usize = 49;
+
 /// The relay's steps as [`relay_streak`] overlaps them, with the batches leased and not marked
-/// yet: their tokens and row ids, for the renewals.
+/// yet (their tokens and row ids, for the renewals), and where the next lease starts.
 struct Steps<'a> {
     relay: &'a OutboxRelay,
     unmarked: Mutex<HashMap<String, Vec<String>>>,
+    cursor: Mutex<Cursor>,
+}
+
+/// Where the next lease of a streak starts: behind the last row of the batch before, which
+/// skips the entries of the rows already marked and leased at the head of the pending index,
+/// and at its start once every [`BEHIND_THE_LAST_BATCH`] + 1 leases, so that a row left behind
+/// (its backoff over, the lease of a relay that died run out, its transaction committed late)
+/// waits that many batches at most.
+#[derive(Default)]
+struct Cursor {
+    after: Option<String>,
+    behind: usize,
+}
+
+impl Cursor {
+    /// The id the next lease starts behind, if any.
+    fn next(&mut self) -> Option<String> {
+        if self.behind >= BEHIND_THE_LAST_BATCH {
+            self.behind = 0;
+            self.after = None;
+        }
+        if self.after.is_some() {
+            self.behind += 1;
+        }
+        self.after.clone()
+    }
 }
 
 impl<'a> Steps<'a> {
@@ -422,7 +452,12 @@ impl<'a> Steps<'a> {
         Self {
             relay,
             unmarked: Mutex::default(),
+            cursor: Mutex::default(),
         }
+    }
+
+    fn cursor(&self) -> MutexGuard<'_, Cursor> {
+        self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn unmarked(&self) -> MutexGuard<'_, HashMap<String, Vec<String>>> {
@@ -440,6 +475,7 @@ impl RelaySteps for Steps<'_> {
     async fn lease(&self) -> Result<Batch, OutboxError> {
         let relay = self.relay;
         let token = uuid::Uuid::new_v4();
+        let after = self.cursor().next();
         let rows = relay
             .backend
             .claim(
@@ -448,8 +484,12 @@ impl RelaySteps for Steps<'_> {
                 relay.max_attempts,
                 relay.batch_size,
                 relay.synchronous_commit,
+                after.as_deref(),
             )
             .await?;
+        if let Some((last, _)) = rows.last() {
+            self.cursor().after = Some(last.id.clone());
+        }
         let token = token.to_string();
         if !rows.is_empty() {
             let ids = rows.iter().map(|(row, _)| row.id.clone()).collect();
@@ -632,5 +672,29 @@ fn confirmed(answer: polyq_amqp::Result<PublishOutcome>) -> Result<(), String> {
             returned.reply_text, returned.reply_code
         )),
         Err(error) => Err(polyq_amqp::error_chain(&error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_lease_in_fifty_walks_from_the_start() {
+        let mut cursor = Cursor::default();
+        let starts: Vec<bool> = (0..120)
+            .map(|n| {
+                let start = cursor.next().is_none();
+                cursor.after = Some(format!("m-{n}"));
+                start
+            })
+            .collect();
+        let from_the_start: Vec<usize> = (0..120).filter(|&n| starts[n]).collect();
+        assert_eq!(from_the_start, vec![0, 50, 100]);
+        // Behind the last row leased.
+        let mut cursor = Cursor::default();
+        cursor.next();
+        cursor.after = Some("m-7".to_owned());
+        assert_eq!(cursor.next().as_deref(), Some("m-7"));
     }
 }

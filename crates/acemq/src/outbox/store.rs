@@ -36,9 +36,14 @@ impl Table<Postgres> {
     /// The lease walks the pending index in its order and stops after `limit` rows
     /// ([`WALK_THE_PENDING_INDEX`]); sorting every pending row instead would cost more here than
     /// anywhere, since rows written by one transaction share their `created_at` and each
-    /// comparison falls through to the text `id`.
-    /// The simple protocol binds no parameters, so every value is written into the text; each
-    /// is the relay's own (a UUID and numbers), none comes from a row.
+    /// comparison falls through to the text `id`. With `after`, the walk starts behind that
+    /// row: the head of the index holds an entry for every row marked or leased since the
+    /// table was last vacuumed, dead but still read by every walk from the start, so that each
+    /// lease of a long backlog would cost more than the one before.
+    ///
+    /// The simple protocol binds no parameters, so every value is written into the text: the
+    /// relay's own (a UUID and numbers), and the row id of `after` as a dollar-quoted literal.
+    #[allow(clippy::too_many_arguments)]
     pub async fn claim(
         &self,
         db: &PgPool,
@@ -47,8 +52,10 @@ impl Table<Postgres> {
         max_attempts: i32,
         limit: i64,
         synchronous_commit: bool,
+        after: Option<&str>,
     ) -> Result<Vec<(StoredMessage, i32)>, OutboxError> {
-        let statement = self.claim_statement(token, lease, max_attempts, limit, synchronous_commit);
+        let statement =
+            self.claim_statement(token, lease, max_attempts, limit, synchronous_commit, after);
         let rows = sqlx::raw_sql(&format!("{WALK_THE_PENDING_INDEX} {statement}"))
             .fetch_all(db)
             .await
@@ -67,11 +74,20 @@ impl Table<Postgres> {
         max_attempts: i32,
         limit: i64,
         synchronous_commit: bool,
+        after: Option<&str>,
     ) -> String {
         let t = self.name();
         let commit = relay_commit_clause(synchronous_commit);
         // `f64`'s `Display` writes a plain decimal, never an exponent.
         let lease = lease.as_secs_f64();
+        // A row that is gone by now makes the comparison NULL and the batch empty, which ends
+        // the streak; the next one walks from the start.
+        let behind = after.map_or_else(String::new, |id| {
+            format!(
+                "AND (created_at, id) > (SELECT created_at, id FROM {t} WHERE id = {})",
+                dollar_quoted(id)
+            )
+        });
         format!(
             "WITH claimed AS ( \
                UPDATE {t} SET locked_by = '{token}', \
@@ -79,7 +95,7 @@ impl Table<Postgres> {
                {commit} WHERE id IN ( \
                  SELECT id FROM {t} \
                  WHERE published_at IS NULL AND attempts < {max_attempts} \
-                   AND (locked_until IS NULL OR locked_until < now()) \
+                   AND (locked_until IS NULL OR locked_until < now()) {behind} \
                  ORDER BY created_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) \
                RETURNING id, exchange, routing_key, body, content_type, headers, properties, \
                  mandatory, attempts, created_at) \
@@ -224,6 +240,18 @@ impl Table<Postgres> {
     }
 }
 
+/// `text` as a PostgreSQL dollar-quoted string literal, whose content is taken as it is
+/// whatever the server's `standard_conforming_strings`: its tag is random and, checked, not in
+/// `text`.
+fn dollar_quoted(text: &str) -> String {
+    loop {
+        let tag = format!("$q{}$", Uuid::new_v4().simple());
+        if !text.contains(&tag) {
+            return format!("{tag}{text}{tag}");
+        }
+    }
+}
+
 impl Backend for SqlBackend<Postgres> {
     fn name(&self) -> &str {
         self.table.name()
@@ -236,6 +264,7 @@ impl Backend for SqlBackend<Postgres> {
         max_attempts: i32,
         limit: i64,
         synchronous_commit: bool,
+        after: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>> {
         Box::pin(self.table.claim(
             &self.db,
@@ -244,6 +273,7 @@ impl Backend for SqlBackend<Postgres> {
             max_attempts,
             limit,
             synchronous_commit,
+            after,
         ))
     }
 
@@ -297,23 +327,32 @@ mod tests {
     use super::*;
     use polyq_testkit::postgres::plan;
 
-    #[tokio::test]
-    async fn a_renewal_holds_the_rows_of_its_token_only() {
+    /// A fresh outbox table, dropped with the guard, holding `rows` publishable rows written by
+    /// one transaction.
+    async fn table_with(
+        rows: u32,
+    ) -> (PgPool, Table<Postgres>, polyq_testkit::postgres::DropTables) {
         let db = PgPool::connect(&polyq_testkit::postgres_url())
             .await
             .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
-        let name = polyq_testkit::unique_name("acemq_outbox_renew").replace(['-', '.'], "_");
-        let _dropped = polyq_testkit::postgres::DropTables::new([&name]);
+        let name = polyq_testkit::unique_name("acemq_outbox").replace(['-', '.'], "_");
+        let dropped = polyq_testkit::postgres::DropTables::new([&name]);
         let table = Table::<Postgres>::new(&name).unwrap();
         table.migrate(&db).await.unwrap();
         sqlx::query(&format!(
             "INSERT INTO {name} (id, exchange, routing_key, body, content_type, headers) \
              SELECT 'm-' || n, '', 'orders', '\\x7b7d', 'application/json', '{{}}' \
-             FROM generate_series(1, 3) AS n"
+             FROM generate_series(1, {rows}) AS n"
         ))
         .execute(&db)
         .await
         .unwrap();
+        (db, table, dropped)
+    }
+
+    #[tokio::test]
+    async fn a_renewal_holds_the_rows_of_its_token_only() {
+        let (db, table, _dropped) = table_with(3).await;
         let backend = SqlBackend { db, table };
         crate::outbox::backend::renewals_hold_the_rows_of_their_token_only(&backend).await;
     }
@@ -322,21 +361,8 @@ mod tests {
     /// its estimates, would read and sort every pending row for each lease and each lag.
     #[tokio::test]
     async fn the_lease_and_the_lag_walk_the_pending_index_of_a_table_never_analyzed() {
-        let db = PgPool::connect(&polyq_testkit::postgres_url())
-            .await
-            .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
-        let name = polyq_testkit::unique_name("acemq_outbox_plan").replace(['-', '.'], "_");
-        let _dropped = polyq_testkit::postgres::DropTables::new([&name]);
-        let table = Table::<Postgres>::new(&name).unwrap();
-        table.migrate(&db).await.unwrap();
-        sqlx::query(&format!(
-            "INSERT INTO {name} (id, exchange, routing_key, body, content_type, headers) \
-             SELECT 'm-' || n, '', 'orders', '\\x7b7d', 'application/json', '{{}}' \
-             FROM generate_series(1, 5000) AS n"
-        ))
-        .execute(&db)
-        .await
-        .unwrap();
+        let (db, table, _dropped) = table_with(5000).await;
+        let name = table.name().to_owned();
         let (walk, read_all) = (
             format!("Index Scan using {name}_pending"),
             format!("Bitmap Index Scan on {name}_pending"),
@@ -346,9 +372,20 @@ mod tests {
                 && !plan.iter().any(|line| line.contains(&read_all))
         };
 
-        let lease = table.claim_statement(Uuid::new_v4(), Duration::from_secs(90), 10, 100, false);
+        let token = Uuid::new_v4();
+        let hour = Duration::from_secs(3600);
+        let lease = table.claim_statement(token, hour, 10, 100, false, None);
         let lease_plan = plan(&db, WALK_THE_PENDING_INDEX, &lease).await;
         assert!(walks_the_index(&lease_plan), "{lease_plan:#?}");
+        let behind = table.claim_statement(token, hour, 10, 100, false, Some("m-1"));
+        let behind_plan = plan(&db, WALK_THE_PENDING_INDEX, &behind).await;
+        assert!(walks_the_index(&behind_plan), "{behind_plan:#?}");
+        assert!(
+            behind_plan
+                .iter()
+                .any(|line| line.contains("Index Cond: (ROW(created_at, (id)::text) > ROW(")),
+            "{behind_plan:#?}"
+        );
         let lag = table
             .mark_statement(false)
             .replace("$1", "ARRAY['m-1']")
@@ -359,7 +396,15 @@ mod tests {
 
         // And the lease takes the oldest rows, in order.
         let claimed = table
-            .claim(&db, Uuid::new_v4(), Duration::from_secs(90), 10, 100, false)
+            .claim(
+                &db,
+                Uuid::new_v4(),
+                Duration::from_secs(90),
+                10,
+                100,
+                false,
+                None,
+            )
             .await
             .unwrap();
         let expected: Vec<String> = sqlx::query_scalar(&format!(
@@ -370,5 +415,35 @@ mod tests {
         .unwrap();
         let ids: Vec<String> = claimed.into_iter().map(|(row, _)| row.id).collect();
         assert_eq!(ids, expected);
+
+        // The next lease behind the last row takes the next rows, in order.
+        let next = table
+            .claim(
+                &db,
+                Uuid::new_v4(),
+                hour,
+                10,
+                100,
+                false,
+                ids.last().map(String::as_str),
+            )
+            .await
+            .unwrap();
+        let expected: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM {name} ORDER BY created_at, id OFFSET 100 LIMIT 100"
+        ))
+        .fetch_all(&db)
+        .await
+        .unwrap();
+        let ids: Vec<String> = next.into_iter().map(|(row, _)| row.id).collect();
+        assert_eq!(ids, expected);
+
+        // An id reaches the statement as it is, whatever it holds.
+        let tricky = r"o'brien \ $$ $q$ ;--";
+        let read: String = sqlx::query_scalar(&format!("SELECT {}", dollar_quoted(tricky)))
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        assert_eq!(read, tricky);
     }
 }
