@@ -31,15 +31,16 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         after: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<(StoredMessage, i32)>, OutboxError>>;
 
-    /// Marks rows the broker confirmed as published and ends their lease; then the age of
-    /// the oldest row still pending (the lag), read in the same round trip.
+    /// Marks rows the broker confirmed as published and ends their lease.
     fn mark_published<'a>(
         &'a self,
         token: &'a str,
         ids: &'a [String],
-        max_attempts: i32,
         synchronous_commit: bool,
-    ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>>;
+    ) -> BoxFuture<'a, Result<(), OutboxError>>;
+
+    /// The age of the oldest row still pending (the lag), `None` when there is none.
+    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>>;
 
     /// Extends to `lease` from now the lease of the rows `ids` still leased to `token`.
     fn renew<'a>(

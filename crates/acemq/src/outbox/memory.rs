@@ -241,18 +241,20 @@ impl Backend for MemoryOutbox {
         &'a self,
         token: &'a str,
         ids: &'a [String],
-        max_attempts: i32,
         _synchronous_commit: bool,
-    ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>> {
-        let mut rows = self.lock();
-        for row in rows.leased_to(token) {
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        for row in self.lock().leased_to(token) {
             if ids.contains(&row.message.id) {
                 row.published = true;
                 row.locked_by = None;
                 row.locked_until = None;
             }
         }
-        Box::pin(std::future::ready(Ok(rows.lag(max_attempts))))
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>> {
+        Box::pin(std::future::ready(Ok(self.lock().lag(max_attempts))))
     }
 
     fn renew<'a>(

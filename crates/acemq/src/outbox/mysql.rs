@@ -112,31 +112,39 @@ impl Table<MySql> {
 
     /// Marks rows the broker confirmed as published, and ends their lease. Only rows still
     /// leased to `token` change: a relay whose lease ran out does not overwrite the next one's.
-    /// Returns the lag after the mark.
     pub async fn mark_published(
         &self,
         db: &MySqlPool,
         token: &str,
         ids: &[String],
+    ) -> Result<(), OutboxError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mark = format!(
+            "UPDATE {} SET published_at = UTC_TIMESTAMP(6), locked_by = NULL, \
+             locked_until = NULL WHERE locked_by = ? AND id IN ({})",
+            self.name(),
+            placeholders(ids.len())
+        );
+        let mut update = sqlx::query(&mark).bind(token);
+        for id in ids {
+            update = update.bind(id);
+        }
+        update
+            .execute(db)
+            .await
+            .map_err(self.failed("mark published rows in"))?;
+        Ok(())
+    }
+
+    /// The age of the oldest pending row: the first row of the pending index, not
+    /// `MIN(created_at)`, which reads them all.
+    pub async fn lag(
+        &self,
+        db: &MySqlPool,
         max_attempts: i32,
     ) -> Result<Option<Duration>, OutboxError> {
-        if !ids.is_empty() {
-            let mark = format!(
-                "UPDATE {} SET published_at = UTC_TIMESTAMP(6), locked_by = NULL, \
-                 locked_until = NULL WHERE locked_by = ? AND id IN ({})",
-                self.name(),
-                placeholders(ids.len())
-            );
-            let mut update = sqlx::query(&mark).bind(token);
-            for id in ids {
-                update = update.bind(id);
-            }
-            update
-                .execute(db)
-                .await
-                .map_err(self.failed("mark published rows in"))?;
-        }
-        // The first row of the pending index, not `MIN(created_at)`, which reads them all.
         let oldest: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) FROM {} \
              WHERE published_at IS NULL AND attempts < ? ORDER BY created_at, id LIMIT 1",
@@ -262,13 +270,13 @@ impl Backend for SqlBackend<MySql> {
         &'a self,
         token: &'a str,
         ids: &'a [String],
-        max_attempts: i32,
         _synchronous_commit: bool,
-    ) -> BoxFuture<'a, Result<Option<Duration>, OutboxError>> {
-        Box::pin(
-            self.table
-                .mark_published(&self.db, token, ids, max_attempts),
-        )
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(self.table.mark_published(&self.db, token, ids))
+    }
+
+    fn lag(&self, max_attempts: i32) -> BoxFuture<'_, Result<Option<Duration>, OutboxError>> {
+        Box::pin(self.table.lag(&self.db, max_attempts))
     }
 
     fn renew<'a>(

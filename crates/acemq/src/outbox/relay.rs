@@ -1,6 +1,6 @@
 //! The relay: leases committed rows, publishes their stored bytes with confirms, marks them.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt as _, StreamExt as _};
@@ -45,7 +45,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 /// message id.
 ///
 /// Meters, tagged `table`: `acemq.outbox.total{outcome=published|failed}` per row and
-/// `acemq.outbox.lag` (seconds the oldest pending row has waited) after every pass.
+/// `acemq.outbox.lag` (seconds the oldest pending row has waited) after the first and the last
+/// pass of a streak, and once a second between.
 ///
 /// ```no_run
 /// # #[cfg(feature = "postgres")]
@@ -410,6 +411,9 @@ impl OutboxRelay {
     }
 }
 
+/// How often the lag is read while full batches follow each other.
+const LAG_EVERY: Duration = Duration::from_secs(1);
+
 /// Leases of a streak that start behind the batch before it, between two that walk the pending
 /// index from its start.
 const BEHIND_THE_LAST_BATCH: usize = 49;
@@ -420,6 +424,8 @@ struct Steps<'a> {
     relay: &'a OutboxRelay,
     unmarked: Mutex<HashMap<String, Vec<String>>>,
     cursor: Mutex<Cursor>,
+    /// When the lag was last read.
+    lag_read: Mutex<Option<Instant>>,
 }
 
 /// Where the next lease of a streak starts: behind the last row of the batch before, which
@@ -453,11 +459,27 @@ impl<'a> Steps<'a> {
             relay,
             unmarked: Mutex::default(),
             cursor: Mutex::default(),
+            lag_read: Mutex::default(),
         }
     }
 
     fn cursor(&self) -> MutexGuard<'_, Cursor> {
         self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the lag is read after the mark of a batch of `claimed` rows: after the first
+    /// and the last batch of a streak, and at most once a [`LAG_EVERY`] between. It is the
+    /// first entry of the pending index, behind the dead entries of every row marked since the
+    /// table was last vacuumed: read after every batch of a long backlog, it cost more with
+    /// each batch.
+    fn lag_due(&self, claimed: usize) -> bool {
+        let mut read = self.lag_read.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = (claimed as i64) < self.relay.batch_size
+            || read.is_none_or(|at| at.elapsed() >= LAG_EVERY);
+        if due {
+            *read = Some(Instant::now());
+        }
+        due
     }
 
     fn unmarked(&self) -> MutexGuard<'_, HashMap<String, Vec<String>>> {
@@ -615,21 +637,18 @@ impl RelaySteps for Steps<'_> {
             };
             relay.fail(&token, &id, &reason, failure, &mut pass).await?;
         }
-        let lag = relay
+        relay
             .backend
-            .mark_published(
-                &token,
-                &confirmed_ids,
-                relay.max_attempts,
-                relay.synchronous_commit,
-            )
-            .await?
-            .unwrap_or_default();
+            .mark_published(&token, &confirmed_ids, relay.synchronous_commit)
+            .await?;
         pass.published = confirmed_ids.len();
         metrics::counter!(OUTBOX_TOTAL, "outcome" => "published", "table" => relay.backend.name().to_owned())
             .increment(pass.published as u64);
-        metrics::gauge!(OUTBOX_LAG, "table" => relay.backend.name().to_owned())
-            .set(lag.as_secs_f64());
+        if self.lag_due(claimed) {
+            let lag = relay.backend.lag(relay.max_attempts).await?;
+            metrics::gauge!(OUTBOX_LAG, "table" => relay.backend.name().to_owned())
+                .set(lag.unwrap_or_default().as_secs_f64());
+        }
         Ok(pass)
     }
 
