@@ -1,5 +1,6 @@
-//! `polyq outbox status` and `polyq outbox relay` on the real PostgreSQL, for both families: the
-//! status counts what is pending, the relay publishes it and stops gracefully on SIGTERM.
+//! `polyq outbox status`, `relay` and `purge` on the real PostgreSQL, for both families: the
+//! status counts what is pending, the relay publishes it and stops gracefully on SIGTERM, and
+//! the purge deletes the published rows older than its retention.
 
 mod common;
 
@@ -31,6 +32,63 @@ fn status(family: &str, table: &str) -> Value {
     let lines = success_lines(polyq(&args), &args);
     assert_eq!(lines.len(), 1, "{lines:?}");
     serde_json::from_str(&lines[0]).unwrap()
+}
+
+fn purge(family: &str, table: &str, older_than: &str) -> Value {
+    let db = polyq_testkit::postgres_url();
+    let args = [
+        "outbox",
+        "purge",
+        "--family",
+        family,
+        "--db",
+        &db,
+        "--table",
+        table,
+        "--older-than",
+        older_than,
+    ];
+    let lines = success_lines(polyq(&args), &args);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    serde_json::from_str(&lines[0]).unwrap()
+}
+
+/// Purges `table` of `family` twice: the `rows` published just now are kept by a retention of
+/// an hour, and deleted by it once their `published_at` is moved back two hours.
+async fn purge_keeps_the_retention(db: &PgPool, family: &str, table: &str, rows: u64) {
+    let kept = purge(family, table, "1h");
+    assert_eq!(kept["purged"], 0, "{kept}");
+    assert_eq!(kept["older_than_seconds"], 3600.0);
+    sqlx::query(&format!(
+        "UPDATE {table} SET published_at = published_at - interval '2 hours'"
+    ))
+    .execute(db)
+    .await
+    .unwrap();
+    assert_eq!(purge(family, table, "1h")["purged"], rows);
+    let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(db)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+
+    let db_url = polyq_testkit::postgres_url();
+    let args = [
+        "outbox",
+        "purge",
+        "--family",
+        family,
+        "--db",
+        &db_url,
+        "--table",
+        table,
+        "--older-than",
+        "a week",
+    ];
+    let refused = polyq(&args);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--older-than"), "{stderr}");
 }
 
 /// Runs the relay until `published` says it is done, then stops it with SIGTERM and asserts
@@ -113,6 +171,7 @@ async fn babel_status_and_relay_to_redis() {
     let after = status("babel", &table);
     assert_eq!(after["pending"], 0);
     assert_eq!(after["oldest_pending_age_ms"], Value::Null);
+    purge_keeps_the_retention(&db, "babel", &table, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,6 +214,7 @@ async fn acemq_status_and_relay_to_rabbitmq() {
         (after["pending"].clone(), after["failed"].clone()),
         (json!(0), json!(0))
     );
+    purge_keeps_the_retention(&db, "acemq", &table, 1).await;
 
     mq.close().await.unwrap();
 }

@@ -62,7 +62,8 @@ struct Row {
     created: Instant,
     attempts: i32,
     last_error: Option<String>,
-    published: bool,
+    /// When the broker confirmed it, once it did.
+    published: Option<Instant>,
     locked_by: Option<String>,
     locked_until: Option<Instant>,
 }
@@ -103,6 +104,16 @@ impl MemoryOutbox {
             .values()
             .find(|row| row.message.id == id)
             .and_then(|row| row.last_error.clone())
+    }
+
+    /// Removes the messages published more than `older_than` ago, and returns how many: a
+    /// long-running process keeps no more than its retention.
+    pub fn purge_published(&self, older_than: Duration) -> u64 {
+        let mut rows = self.lock();
+        let before = rows.by_seq.len();
+        rows.by_seq
+            .retain(|_, row| row.published.is_none_or(|at| at.elapsed() < older_than));
+        (before - rows.by_seq.len()) as u64
     }
 
     fn lock(&self) -> MutexGuard<'_, Rows> {
@@ -158,7 +169,7 @@ impl MemoryTransaction {
                     created: now,
                     attempts: 0,
                     last_error: None,
-                    published: false,
+                    published: None,
                     locked_by: None,
                     locked_until: None,
                 },
@@ -174,11 +185,11 @@ impl Rows {
     fn pending(&self, max_attempts: i32) -> impl Iterator<Item = &Row> {
         self.by_seq
             .values()
-            .filter(move |row| !row.published && row.attempts < max_attempts)
+            .filter(move |row| row.published.is_none() && row.attempts < max_attempts)
     }
 
     fn status(&self, max_attempts: i32) -> OutboxStatus {
-        let unpublished = self.by_seq.values().filter(|row| !row.published);
+        let unpublished = self.by_seq.values().filter(|row| row.published.is_none());
         let failed = unpublished
             .filter(|row| row.attempts >= max_attempts)
             .count();
@@ -223,7 +234,7 @@ impl Backend for MemoryOutbox {
             .by_seq
             .values_mut()
             .filter(|row| {
-                !row.published
+                row.published.is_none()
                     && row.attempts < max_attempts
                     && row.locked_until.is_none_or(|until| until < now)
             })
@@ -243,9 +254,10 @@ impl Backend for MemoryOutbox {
         ids: &'a [String],
         _synchronous_commit: bool,
     ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let now = Instant::now();
         for row in self.lock().leased_to(token) {
             if ids.contains(&row.message.id) {
-                row.published = true;
+                row.published = Some(now);
                 row.locked_by = None;
                 row.locked_until = None;
             }
@@ -312,5 +324,32 @@ mod tests {
         }
         tx.commit();
         crate::outbox::backend::renewals_hold_the_rows_of_their_token_only(&outbox).await;
+    }
+
+    #[tokio::test]
+    async fn a_purge_removes_the_published_rows_older_than_the_retention_only() {
+        let mq = AceMq::connect("memory://outbox-purge").await.unwrap();
+        let publisher = mq.publisher::<serde_json::Value>("", "orders");
+        let outbox = MemoryOutbox::new();
+        let mut tx = outbox.begin();
+        for id in 0..3 {
+            tx.record(&publisher, &serde_json::json!({ "id": id }))
+                .unwrap();
+        }
+        tx.commit();
+        let token = Uuid::new_v4();
+        let claimed = outbox
+            .claim(token, Duration::from_secs(60), 10, 2, false, None)
+            .await
+            .unwrap();
+        let ids: Vec<String> = claimed.into_iter().map(|(row, _)| row.id).collect();
+        outbox
+            .mark_published(&token.to_string(), &ids, false)
+            .await
+            .unwrap();
+        assert_eq!(outbox.purge_published(Duration::from_secs(3600)), 0);
+        assert_eq!(outbox.purge_published(Duration::ZERO), 2);
+        assert_eq!(outbox.status().pending, 1, "the pending row stays");
+        assert_eq!(outbox.purge_published(Duration::ZERO), 0);
     }
 }

@@ -70,6 +70,15 @@ use table::Table;
 
 #[cfg(feature = "mysql")]
 use sqlx::{MySql, MySqlConnection, MySqlPool};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use std::time::Duration;
+
+/// Pages of the table one statement of a PostgreSQL purge reads (8 MiB at the default page).
+#[cfg(feature = "postgres")]
+const PURGE_PAGES: u32 = 1000;
+/// Rows one statement of a MariaDB purge deletes at most.
+#[cfg(feature = "mysql")]
+const PURGE_ROWS: u32 = 10_000;
 
 /// The row a send of `payload` through `publisher` would put on the wire, and the envelope
 /// as it will be sent; its message id is the row's id.
@@ -151,6 +160,34 @@ impl Outbox {
     pub async fn status(&self, db: &PgPool) -> Result<OutboxStatus, OutboxError> {
         self.table
             .status(db, i32::try_from(DEFAULT_MAX_ATTEMPTS).unwrap_or(i32::MAX))
+            .await
+    }
+
+    /// Deletes the rows published more than `older_than` ago and returns how many. The relay
+    /// keeps published rows (`published_at`) for audit, so without a purge on a schedule the
+    /// table grows with every message; pending and failed rows are never touched. The table
+    /// is read once, a range of its pages per statement.
+    ///
+    /// ```no_run
+    /// # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let week = Duration::from_secs(7 * 24 * 3600);
+    /// let purged = acemq::outbox::Outbox::new().purge_published(&db, week).await?;
+    /// println!("{purged} published rows older than a week deleted");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn purge_published(
+        &self,
+        db: &PgPool,
+        older_than: Duration,
+    ) -> Result<u64, OutboxError> {
+        self.table
+            .purge_published(db, older_than, PURGE_PAGES)
             .await
     }
 
@@ -268,6 +305,19 @@ impl MySqlOutbox {
         self.table
             .status(db, i32::try_from(DEFAULT_MAX_ATTEMPTS).unwrap_or(i32::MAX))
             .await
+    }
+
+    /// Deletes the rows published more than `older_than` ago and returns how many, as
+    /// [`Outbox::purge_published`] does, 10,000 rows per statement.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn purge_published(
+        &self,
+        db: &MySqlPool,
+        older_than: Duration,
+    ) -> Result<u64, OutboxError> {
+        self.table.purge_published(db, older_than, PURGE_ROWS).await
     }
 
     /// Writes the message a send of `payload` through `publisher` would put on the wire, in

@@ -214,6 +214,35 @@ impl Table<MySql> {
         Ok(())
     }
 
+    /// Deletes the rows published more than `older_than` ago, `rows` at a time along the
+    /// pending index (which starts with `published_at`), and returns how many.
+    pub async fn purge_published(
+        &self,
+        db: &MySqlPool,
+        older_than: Duration,
+        rows: u32,
+    ) -> Result<u64, OutboxError> {
+        let purge = format!(
+            "DELETE FROM {} WHERE published_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+             ORDER BY published_at LIMIT ?",
+            self.name()
+        );
+        let mut purged = 0;
+        loop {
+            let done = sqlx::query(&purge)
+                .bind(micros(older_than))
+                .bind(rows.max(1))
+                .execute(db)
+                .await
+                .map_err(self.failed("purge published rows from"))?
+                .rows_affected();
+            purged += done;
+            if done < u64::from(rows.max(1)) {
+                return Ok(purged);
+            }
+        }
+    }
+
     /// Pending and failed counts and the age of the oldest pending row.
     pub async fn status(
         &self,
@@ -309,6 +338,45 @@ impl Backend for SqlBackend<MySql> {
 mod tests {
     use super::*;
     use crate::outbox::table::DEFAULT_TABLE;
+
+    #[tokio::test]
+    async fn a_purge_deletes_the_rows_published_before_the_retention() {
+        let db = MySqlPool::connect(&polyq_testkit::mariadb_url())
+            .await
+            .expect("MariaDB is reachable (POLYQ_MARIADB_URL)");
+        let name = polyq_testkit::unique_name("acemq_outbox_purge").replace(['-', '.'], "_");
+        let _dropped = polyq_testkit::mysql::DropTables::new([&name]);
+        let table = Table::<MySql>::new(&name).unwrap();
+        table.migrate(&db).await.unwrap();
+        // Ten published two hours ago, five just now, five pending.
+        for n in 0..20 {
+            let published = match n {
+                0..10 => "UTC_TIMESTAMP(6) - INTERVAL 2 HOUR",
+                10..15 => "UTC_TIMESTAMP(6)",
+                _ => "NULL",
+            };
+            sqlx::query(&format!(
+                "INSERT INTO {name} (id, exchange, routing_key, body, content_type, headers, \
+                 published_at) VALUES (?, '', 'orders', '{{}}', 'application/json', '{{}}', \
+                 {published})"
+            ))
+            .bind(format!("m-{n}"))
+            .execute(&db)
+            .await
+            .unwrap();
+        }
+        let hour = Duration::from_secs(3600);
+        // Three a statement: the loop goes on until a statement deletes fewer.
+        assert_eq!(table.purge_published(&db, hour, 3).await.unwrap(), 10);
+        assert_eq!(table.purge_published(&db, hour, 3).await.unwrap(), 0);
+        let left: (i64, i64) = sqlx::query_as(&format!(
+            "SELECT CAST(SUM(published_at IS NULL) AS SIGNED), COUNT(*) FROM {name}"
+        ))
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        assert_eq!(left, (5, 10));
+    }
 
     #[tokio::test]
     async fn a_renewal_holds_the_rows_of_its_token_only() {

@@ -67,6 +67,8 @@ struct Row {
     attempts: i32,
     last_error: Option<String>,
     locked_until: Option<Instant>,
+    /// When the binding accepted it, once it did.
+    published_at: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +123,16 @@ impl MemoryOutboxStore {
             .and_then(|row| row.last_error.clone())
     }
 
+    /// Removes the rows published more than `older_than` ago, and returns how many: a
+    /// long-running process keeps no more than its retention.
+    pub fn purge_published(&self, older_than: Duration) -> u64 {
+        let mut rows = self.lock();
+        let before = rows.by_id.len();
+        rows.by_id
+            .retain(|_, row| row.published_at.is_none_or(|at| at.elapsed() < older_than));
+        (before - rows.by_id.len()) as u64
+    }
+
     fn lock(&self) -> MutexGuard<'_, Rows> {
         // Every change under the lock is one step: a panic elsewhere leaves the rows whole.
         self.rows
@@ -143,6 +155,7 @@ impl Rows {
                 attempts: 0,
                 last_error: None,
                 locked_until: None,
+                published_at: None,
             },
         );
         id
@@ -222,11 +235,13 @@ impl OutboxStore for MemoryOutboxStore {
     }
 
     fn mark_published<'a>(&'a self, ids: &'a [i64]) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let now = Instant::now();
         let mut rows = self.lock();
         for id in ids {
             if let Some(row) = rows.by_id.get_mut(id) {
                 row.status = Status::Published;
                 row.locked_until = None;
+                row.published_at = Some(now);
             }
         }
         Box::pin(std::future::ready(Ok(())))
@@ -271,5 +286,25 @@ impl OutboxStore for MemoryOutboxStore {
                 .max(),
         };
         Box::pin(std::future::ready(Ok(status)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_purge_removes_the_published_rows_older_than_the_retention_only() {
+        let store = MemoryOutboxStore::new();
+        let ids: Vec<i64> = (0..3).map(|_| store.save_raw("{}", "q")).collect();
+        store.mark_published(&ids[..2]).await.unwrap();
+        assert_eq!(store.purge_published(Duration::from_secs(3600)), 0);
+        assert_eq!(store.purge_published(Duration::ZERO), 2);
+        assert_eq!(
+            store.status().await.unwrap().pending,
+            1,
+            "the pending row stays"
+        );
+        assert_eq!(store.purge_published(Duration::ZERO), 0);
     }
 }

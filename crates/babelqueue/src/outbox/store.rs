@@ -224,6 +224,63 @@ impl PgOutboxStore {
         Ok(())
     }
 
+    /// Deletes the rows published more than `older_than` ago and returns how many. The relay
+    /// keeps published rows (`status` `published`) as the PHP outbox does, so without a purge
+    /// on a schedule the table grows with every job; pending and failed rows are never touched.
+    /// The purge walks the `(status, id)` index from the oldest published row, 10,000 rows a
+    /// statement, each starting behind the last row the one before deleted.
+    ///
+    /// ```no_run
+    /// # async fn run(db: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use babelqueue::outbox::PgOutboxStore;
+    ///
+    /// let week = Duration::from_secs(7 * 24 * 3600);
+    /// let purged = PgOutboxStore::new(db).purge_published(week).await?;
+    /// println!("{purged} published rows older than a week deleted");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn purge_published(&self, older_than: Duration) -> Result<u64, OutboxError> {
+        self.purge_published_by(older_than, 10_000).await
+    }
+
+    /// [`PgOutboxStore::purge_published`], `rows` a statement.
+    async fn purge_published_by(
+        &self,
+        older_than: Duration,
+        rows: i64,
+    ) -> Result<u64, OutboxError> {
+        let purge = format!(
+            "WITH purged AS ( \
+               DELETE FROM {t} WHERE id IN ( \
+                 SELECT id FROM {t} WHERE status = 'published' AND id > $1 \
+                   AND published_at < now() - make_interval(secs => $2) \
+                 ORDER BY id LIMIT $3) \
+               RETURNING id) \
+             SELECT count(*), max(id) FROM purged",
+            t = self.table
+        );
+        let (mut purged, mut after) = (0, 0_i64);
+        loop {
+            let (count, last): (i64, Option<i64>) = sqlx::query_as(&purge)
+                .bind(after)
+                .bind(older_than.as_secs_f64())
+                .bind(rows)
+                .fetch_one(&self.db)
+                .await
+                .map_err(self.failed("purge published rows from"))?;
+            purged += u64::try_from(count).unwrap_or(0);
+            match last {
+                Some(last) if count == rows => after = last,
+                _ => return Ok(purged),
+            }
+        }
+    }
+
     /// Pending and failed counts and the age of the oldest pending row.
     ///
     /// # Errors
@@ -313,6 +370,39 @@ pub(crate) fn checked_table(table: &str) -> Result<String, OutboxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_purge_deletes_the_rows_published_before_the_retention() {
+        let db = PgPool::connect(&polyq_testkit::postgres_url())
+            .await
+            .expect("PostgreSQL is reachable (POLYQ_POSTGRES_URL)");
+        let table = polyq_testkit::unique_name("babelqueue_outbox_purge").replace(['-', '.'], "_");
+        let _dropped = polyq_testkit::postgres::DropTables::new([&table]);
+        let store = PgOutboxStore::new(db.clone()).in_table(&table).unwrap();
+        store.migrate().await.unwrap();
+        // Ten published two hours ago, five just now, five pending, interleaved.
+        sqlx::query(&format!(
+            "INSERT INTO {table} (queue, body, status, published_at, created_at) \
+             SELECT 'q', '{{}}', CASE WHEN n % 4 = 3 THEN 'pending' ELSE 'published' END, \
+                    CASE WHEN n % 4 = 3 THEN NULL \
+                         WHEN n % 4 = 2 THEN now() ELSE now() - interval '2 hours' END, now() \
+             FROM generate_series(0, 19) AS n"
+        ))
+        .execute(&db)
+        .await
+        .unwrap();
+        let hour = Duration::from_secs(3600);
+        // Three a statement: each starts behind the last one deleted.
+        assert_eq!(store.purge_published_by(hour, 3).await.unwrap(), 10);
+        assert_eq!(store.purge_published_by(hour, 3).await.unwrap(), 0);
+        let status = store.status().await.unwrap();
+        assert_eq!(status.pending, 5);
+        let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        assert_eq!(left, 10);
+    }
 
     /// A backlog written by one transaction into a table never analyzed: the planner, left to
     /// its estimates, would read and sort every pending row for each lease.

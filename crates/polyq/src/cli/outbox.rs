@@ -1,6 +1,7 @@
 //! `polyq outbox` commands: the status of an outbox table, and a relay as a process.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use babelqueue::outbox::PgOutboxStore;
@@ -31,6 +32,16 @@ pub(crate) enum Command {
         /// Create the table first if it is not there.
         #[arg(long)]
         migrate: bool,
+    },
+    /// Delete the rows published longer ago than `--older-than` and print one JSON line with
+    /// how many; pending and failed rows stay. The relay keeps published rows for audit, so
+    /// without this on a schedule the table grows with every message.
+    Purge {
+        #[command(flatten)]
+        table: Table,
+        /// How long a published row is kept, e.g. `7d`, `12h`, `30m`.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: Duration,
     },
 }
 
@@ -86,7 +97,27 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             batch_size,
             migrate,
         } => relay(&table, &url, batch_size, migrate).await,
+        Command::Purge { table, older_than } => purge(&table, older_than).await,
     }
+}
+
+async fn purge(table: &Table, older_than: Duration) -> anyhow::Result<ExitCode> {
+    let db = table.pool().await?;
+    let purged = match table.family {
+        Family::Acemq => {
+            acemq::outbox::Outbox::in_table(table.name())?
+                .purge_published(&db, older_than)
+                .await?
+        }
+        Family::Babel => table.babel_store(db)?.purge_published(older_than).await?,
+    };
+    let line = serde_json::json!({
+        "table": table.name(),
+        "purged": purged,
+        "older_than_seconds": older_than.as_secs_f64(),
+    });
+    println!("{line}");
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn status(table: &Table) -> anyhow::Result<ExitCode> {
