@@ -23,9 +23,10 @@ use tokio::time::timeout;
 
 /// Upper bound for anything awaited here; reaching it fails the test.
 const LIMIT: Duration = Duration::from_secs(60);
-const LEASE: Duration = Duration::from_secs(2);
-/// How long the alarm is held once the relay is blocked: three leases.
-const ALARM: Duration = Duration::from_secs(6);
+/// Renewed every third of it: a renewal late by two thirds of it would still hold the batch.
+const LEASE: Duration = Duration::from_secs(4);
+/// How long the alarm is held once the relay is blocked: two leases.
+const ALARM: Duration = Duration::from_secs(8);
 const ROWS: usize = 30;
 
 async fn connect(node: &OwnNode) -> AceMq {
@@ -43,7 +44,7 @@ fn relay(tables: &Tables, mq: &AceMq) -> acemq::outbox::OutboxRelay {
         .batch_size(ROWS)
         .window(1)
         .lease(LEASE)
-        .confirm_timeout(Duration::from_millis(500))
+        .confirm_timeout(Duration::from_millis(1500))
         .backoff(Duration::from_millis(10), Duration::from_millis(10))
         .build()
         .unwrap()
