@@ -324,6 +324,63 @@ pub fn relay_commit_clause(synchronous_commit: bool) -> &'static str {
     }
 }
 
+/// Where a relay's next lease of a streak starts: behind the last row of the batch before, and
+/// from the start of the pending index once every [`LeaseCursor::EVERY`] leases.
+///
+/// The head of an outbox's pending index keeps an entry for every row leased or marked since
+/// the table was last vacuumed: dead, skipped, but read by every walk from the start, so that
+/// each lease of a long backlog would cost more than the one before. Starting behind the batch
+/// before skips them; a row left behind (its backoff over, the lease of a relay that died run
+/// out, its transaction committed late) waits [`LeaseCursor::EVERY`] batches at most.
+///
+/// ```
+/// use polyq_runtime::outbox::LeaseCursor;
+///
+/// let mut cursor = LeaseCursor::default();
+/// assert_eq!(cursor.lease_after(), None, "the first lease walks from the start");
+/// cursor.leased(Some(7_i64));
+/// assert_eq!(cursor.lease_after(), Some(7), "the next one behind the row 7");
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseCursor<Id> {
+    after: Option<Id>,
+    behind: usize,
+}
+
+impl<Id> Default for LeaseCursor<Id> {
+    fn default() -> Self {
+        Self {
+            after: None,
+            behind: 0,
+        }
+    }
+}
+
+impl<Id: Clone> LeaseCursor<Id> {
+    /// One lease in this many walks the pending index from its start.
+    pub const EVERY: usize = 50;
+
+    /// The row the next lease starts behind, if any.
+    pub fn lease_after(&mut self) -> Option<Id> {
+        if self.behind + 1 >= Self::EVERY {
+            self.behind = 0;
+            self.after = None;
+        }
+        if self.after.is_some() {
+            self.behind += 1;
+        }
+        self.after.clone()
+    }
+
+    /// Takes note of the last row, in index order, of the batch just leased (`None` for an
+    /// empty one, which changes nothing).
+    pub fn leased(&mut self, last: Option<Id>) {
+        if last.is_some() {
+            self.after = last;
+        }
+    }
+}
+
 /// Sent before a relay's lease in the same simple query, so the lease walks the pending index
 /// in its order and stops after its batch, whatever the table's statistics say. Left to its
 /// estimates, the planner takes a table never analyzed (autovacuum off, or not run yet) for a
@@ -583,6 +640,29 @@ mod tests {
         assert_eq!(steps.renewed.load(Ordering::SeqCst), 8);
         let leased = steps.leased.load(Ordering::SeqCst);
         assert_eq!(marked(&steps), (0..leased).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn one_lease_in_fifty_walks_from_the_start() {
+        let mut cursor = LeaseCursor::default();
+        let from_the_start: Vec<usize> = (0..120)
+            .filter(|&n| {
+                let start = cursor.lease_after().is_none();
+                cursor.leased(Some(n));
+                start
+            })
+            .collect();
+        assert_eq!(from_the_start, vec![0, 50, 100]);
+        let mut cursor = LeaseCursor::default();
+        cursor.lease_after();
+        cursor.leased(Some("m-7"));
+        assert_eq!(cursor.lease_after(), Some("m-7"));
+        cursor.leased(None);
+        assert_eq!(
+            cursor.lease_after(),
+            Some("m-7"),
+            "an empty batch moves nothing"
+        );
     }
 
     #[tokio::test]

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crate::AceMq;
 use crate::outbox::error::OutboxError;
 use polyq_runtime::outbox::{
-    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain, relay_streak,
-    relay_until_stopped,
+    LeaseCursor, OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain,
+    relay_streak, relay_until_stopped,
 };
 
 use crate::outbox::MemoryOutbox;
@@ -414,43 +414,14 @@ impl OutboxRelay {
 /// How often the lag is read while full batches follow each other.
 const LAG_EVERY: Duration = Duration::from_secs(1);
 
-/// Leases of a streak that start behind the batch before it, between two that walk the pending
-/// index from its start.
-const BEHIND_THE_LAST_BATCH: usize = 49;
-
 /// The relay's steps as [`relay_streak`] overlaps them, with the batches leased and not marked
 /// yet (their tokens and row ids, for the renewals), and where the next lease starts.
 struct Steps<'a> {
     relay: &'a OutboxRelay,
     unmarked: Mutex<HashMap<String, Vec<String>>>,
-    cursor: Mutex<Cursor>,
+    cursor: Mutex<LeaseCursor<String>>,
     /// When the lag was last read.
     lag_read: Mutex<Option<Instant>>,
-}
-
-/// Where the next lease of a streak starts: behind the last row of the batch before, which
-/// skips the entries of the rows already marked and leased at the head of the pending index,
-/// and at its start once every [`BEHIND_THE_LAST_BATCH`] + 1 leases, so that a row left behind
-/// (its backoff over, the lease of a relay that died run out, its transaction committed late)
-/// waits that many batches at most.
-#[derive(Default)]
-struct Cursor {
-    after: Option<String>,
-    behind: usize,
-}
-
-impl Cursor {
-    /// The id the next lease starts behind, if any.
-    fn next(&mut self) -> Option<String> {
-        if self.behind >= BEHIND_THE_LAST_BATCH {
-            self.behind = 0;
-            self.after = None;
-        }
-        if self.after.is_some() {
-            self.behind += 1;
-        }
-        self.after.clone()
-    }
 }
 
 impl<'a> Steps<'a> {
@@ -463,7 +434,7 @@ impl<'a> Steps<'a> {
         }
     }
 
-    fn cursor(&self) -> MutexGuard<'_, Cursor> {
+    fn cursor(&self) -> MutexGuard<'_, LeaseCursor<String>> {
         self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -497,7 +468,7 @@ impl RelaySteps for Steps<'_> {
     async fn lease(&self) -> Result<Batch, OutboxError> {
         let relay = self.relay;
         let token = uuid::Uuid::new_v4();
-        let after = self.cursor().next();
+        let after = self.cursor().lease_after();
         let rows = relay
             .backend
             .claim(
@@ -509,9 +480,8 @@ impl RelaySteps for Steps<'_> {
                 after.as_deref(),
             )
             .await?;
-        if let Some((last, _)) = rows.last() {
-            self.cursor().after = Some(last.id.clone());
-        }
+        self.cursor()
+            .leased(rows.last().map(|(row, _)| row.id.clone()));
         let token = token.to_string();
         if !rows.is_empty() {
             let ids = rows.iter().map(|(row, _)| row.id.clone()).collect();
@@ -691,29 +661,5 @@ fn confirmed(answer: polyq_amqp::Result<PublishOutcome>) -> Result<(), String> {
             returned.reply_text, returned.reply_code
         )),
         Err(error) => Err(polyq_amqp::error_chain(&error)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_lease_in_fifty_walks_from_the_start() {
-        let mut cursor = Cursor::default();
-        let starts: Vec<bool> = (0..120)
-            .map(|n| {
-                let start = cursor.next().is_none();
-                cursor.after = Some(format!("m-{n}"));
-                start
-            })
-            .collect();
-        let from_the_start: Vec<usize> = (0..120).filter(|&n| starts[n]).collect();
-        assert_eq!(from_the_start, vec![0, 50, 100]);
-        // Behind the last row leased.
-        let mut cursor = Cursor::default();
-        cursor.next();
-        cursor.after = Some("m-7".to_owned());
-        assert_eq!(cursor.next().as_deref(), Some("m-7"));
     }
 }

@@ -103,6 +103,20 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<OutboxRecord>, OutboxError>>;
 
+    /// [`OutboxStore::fetch_unpublished`] that may look only at rows after the row `after`
+    /// (the last of the batch before, in id order), as the relay asks within a streak of full
+    /// batches (see `polyq_runtime::outbox::LeaseCursor`); rows before it are offered again
+    /// once the relay fetches without it. The default looks at every row.
+    fn fetch_unpublished_after(
+        &self,
+        limit: usize,
+        after: Option<i64>,
+    ) -> BoxFuture<'_, Result<Vec<OutboxRecord>, OutboxError>> {
+        // Every row is looked at: `after` is a hint a store may take.
+        let _ = after;
+        self.fetch_unpublished(limit)
+    }
+
     /// How long a fetch holds its rows. The relay renews the claim every third of it until
     /// it has marked them.
     fn lease(&self) -> Duration;

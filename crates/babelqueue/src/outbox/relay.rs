@@ -9,8 +9,8 @@ use polyq_runtime::Shutdown;
 
 use crate::outbox::error::OutboxError;
 use polyq_runtime::outbox::{
-    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain, relay_streak,
-    relay_until_stopped,
+    LeaseCursor, OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain,
+    relay_streak, relay_until_stopped,
 };
 
 use crate::outbox::{Failure, OutboxRecord, OutboxStore};
@@ -229,6 +229,8 @@ struct Published {
 struct Steps<'a, T> {
     relay: &'a OutboxRelay<T>,
     unmarked: Mutex<BTreeSet<i64>>,
+    /// Where the next fetch starts.
+    cursor: Mutex<LeaseCursor<i64>>,
 }
 
 impl<'a, T> Steps<'a, T> {
@@ -236,7 +238,12 @@ impl<'a, T> Steps<'a, T> {
         Self {
             relay,
             unmarked: Mutex::default(),
+            cursor: Mutex::default(),
         }
+    }
+
+    fn cursor(&self) -> MutexGuard<'_, LeaseCursor<i64>> {
+        self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn unmarked(&self) -> MutexGuard<'_, BTreeSet<i64>> {
@@ -251,11 +258,13 @@ impl<T: Transport> RelaySteps for Steps<'_, T> {
     type Error = OutboxError;
 
     async fn lease(&self) -> Result<Vec<OutboxRecord>, OutboxError> {
+        let after = self.cursor().lease_after();
         let batch = self
             .relay
             .store
-            .fetch_unpublished(self.relay.batch_size)
+            .fetch_unpublished_after(self.relay.batch_size, after)
             .await?;
+        self.cursor().leased(batch.last().map(|record| record.id));
         self.unmarked().extend(batch.iter().map(|record| record.id));
         Ok(batch)
     }

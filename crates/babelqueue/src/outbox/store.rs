@@ -111,7 +111,21 @@ impl PgOutboxStore {
     /// # Errors
     /// [`OutboxError::Database`].
     pub async fn fetch_unpublished(&self, limit: usize) -> Result<Vec<OutboxRecord>, OutboxError> {
-        let statement = self.claim_statement(limit);
+        self.fetch_unpublished_after(limit, None).await
+    }
+
+    /// [`PgOutboxStore::fetch_unpublished`] of the rows after the row `after` only: the walk
+    /// starts behind it, past the dead entries the head of the index keeps for every row
+    /// leased or marked since the table was last vacuumed.
+    ///
+    /// # Errors
+    /// [`OutboxError::Database`].
+    pub async fn fetch_unpublished_after(
+        &self,
+        limit: usize,
+        after: Option<i64>,
+    ) -> Result<Vec<OutboxRecord>, OutboxError> {
+        let statement = self.claim_statement(limit, after);
         let rows = sqlx::raw_sql(&format!("{WALK_THE_PENDING_INDEX} {statement}"))
             .fetch_all(&self.db)
             .await
@@ -130,20 +144,21 @@ impl PgOutboxStore {
     }
 
     /// The lease as one statement. The simple protocol that carries it with its `SET LOCAL`
-    /// binds no parameters, so the values are written into the text; both are the relay's own
-    /// numbers, none comes from a row.
-    fn claim_statement(&self, limit: usize) -> String {
+    /// binds no parameters, so the values are written into the text; all are numbers.
+    fn claim_statement(&self, limit: usize, after: Option<i64>) -> String {
         let t = &self.table;
         let commit = relay_commit_clause(self.synchronous_commit);
         // `f64`'s `Display` writes a plain decimal, never an exponent.
         let lease = self.lease.as_secs_f64();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let behind = after.map_or_else(String::new, |id| format!("AND id > {id}"));
         format!(
             "WITH claimed AS ( \
                UPDATE {t} SET locked_until = now() + make_interval(secs => {lease}) \
                {commit} WHERE id IN ( \
                  SELECT id FROM {t} \
                  WHERE status = 'pending' AND (locked_until IS NULL OR locked_until < now()) \
+                   {behind} \
                  ORDER BY id LIMIT {limit} FOR UPDATE SKIP LOCKED) \
                RETURNING id, queue, body, attempts) \
              SELECT * FROM claimed ORDER BY id"
@@ -312,6 +327,14 @@ impl OutboxStore for PgOutboxStore {
         Box::pin(PgOutboxStore::fetch_unpublished(self, limit))
     }
 
+    fn fetch_unpublished_after(
+        &self,
+        limit: usize,
+        after: Option<i64>,
+    ) -> BoxFuture<'_, Result<Vec<OutboxRecord>, OutboxError>> {
+        Box::pin(PgOutboxStore::fetch_unpublished_after(self, limit, after))
+    }
+
     fn lease(&self) -> Duration {
         self.lease
     }
@@ -422,14 +445,22 @@ mod tests {
         .await
         .unwrap();
 
-        let plan =
-            polyq_testkit::postgres::plan(&db, WALK_THE_PENDING_INDEX, &store.claim_statement(100))
-                .await;
-        assert!(
-            plan.iter().any(|line| line.contains("Index Scan using"))
-                && !plan.iter().any(|line| line.contains("Bitmap")),
-            "{plan:#?}"
-        );
+        for after in [None, Some(42)] {
+            let lease = store.claim_statement(100, after);
+            let plan = polyq_testkit::postgres::plan(&db, WALK_THE_PENDING_INDEX, &lease).await;
+            assert!(
+                plan.iter().any(|line| line.contains("Index Scan using"))
+                    && !plan.iter().any(|line| line.contains("Bitmap")),
+                "{plan:#?}"
+            );
+            if after.is_some() {
+                assert!(
+                    plan.iter()
+                        .any(|line| line.contains("Index Cond:") && line.contains("(id > 42)")),
+                    "{plan:#?}"
+                );
+            }
+        }
 
         // And the lease takes the oldest rows, in order.
         let claimed = store.fetch_unpublished(100).await.unwrap();
@@ -439,6 +470,20 @@ mod tests {
                 .fetch_all(&db)
                 .await
                 .unwrap();
+        assert_eq!(ids, expected);
+
+        // The next lease behind the last row takes the next rows, in order.
+        let next = store
+            .fetch_unpublished_after(100, ids.last().copied())
+            .await
+            .unwrap();
+        let ids: Vec<i64> = next.iter().map(|record| record.id).collect();
+        let expected: Vec<i64> = sqlx::query_scalar(&format!(
+            "SELECT id FROM {name} ORDER BY id OFFSET 100 LIMIT 100"
+        ))
+        .fetch_all(&db)
+        .await
+        .unwrap();
         assert_eq!(ids, expected);
     }
 
