@@ -24,33 +24,24 @@ fn unique_table(prefix: &str) -> String {
     )
 }
 
-fn status(family: &str, table: &str) -> Value {
+/// The one JSON line `polyq outbox <command> --family F --db D --table T <rest>` prints.
+fn outbox_line(command: &str, family: &str, table: &str, rest: &[&str]) -> Value {
     let db = polyq_testkit::postgres_url();
-    let args = [
-        "outbox", "status", "--family", family, "--db", &db, "--table", table,
+    let mut args = vec![
+        "outbox", command, "--family", family, "--db", &db, "--table", table,
     ];
+    args.extend_from_slice(rest);
     let lines = success_lines(polyq(&args), &args);
     assert_eq!(lines.len(), 1, "{lines:?}");
     serde_json::from_str(&lines[0]).unwrap()
 }
 
+fn status(family: &str, table: &str) -> Value {
+    outbox_line("status", family, table, &[])
+}
+
 fn purge(family: &str, table: &str, older_than: &str) -> Value {
-    let db = polyq_testkit::postgres_url();
-    let args = [
-        "outbox",
-        "purge",
-        "--family",
-        family,
-        "--db",
-        &db,
-        "--table",
-        table,
-        "--older-than",
-        older_than,
-    ];
-    let lines = success_lines(polyq(&args), &args);
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    serde_json::from_str(&lines[0]).unwrap()
+    outbox_line("purge", family, table, &["--older-than", older_than])
 }
 
 /// Purges `table` of `family` twice: the `rows` published just now are kept by a retention of

@@ -312,9 +312,9 @@ mod tests {
     use super::*;
     use crate::AceMq;
 
-    #[tokio::test]
-    async fn a_renewal_holds_the_rows_of_its_token_only() {
-        let mq = AceMq::connect("memory://outbox-renewals").await.unwrap();
+    /// An outbox holding three committed messages, recorded through a publisher of `broker`.
+    async fn three_recorded(broker: &str) -> MemoryOutbox {
+        let mq = AceMq::connect(broker).await.unwrap();
         let publisher = mq.publisher::<serde_json::Value>("", "orders");
         let outbox = MemoryOutbox::new();
         let mut tx = outbox.begin();
@@ -323,20 +323,18 @@ mod tests {
                 .unwrap();
         }
         tx.commit();
+        outbox
+    }
+
+    #[tokio::test]
+    async fn a_renewal_holds_the_rows_of_its_token_only() {
+        let outbox = three_recorded("memory://outbox-renewals").await;
         crate::outbox::backend::renewals_hold_the_rows_of_their_token_only(&outbox).await;
     }
 
     #[tokio::test]
     async fn a_purge_removes_the_published_rows_older_than_the_retention_only() {
-        let mq = AceMq::connect("memory://outbox-purge").await.unwrap();
-        let publisher = mq.publisher::<serde_json::Value>("", "orders");
-        let outbox = MemoryOutbox::new();
-        let mut tx = outbox.begin();
-        for id in 0..3 {
-            tx.record(&publisher, &serde_json::json!({ "id": id }))
-                .unwrap();
-        }
-        tx.commit();
+        let outbox = three_recorded("memory://outbox-purge").await;
         let token = Uuid::new_v4();
         let claimed = outbox
             .claim(token, Duration::from_secs(60), 10, 2, false, None)
