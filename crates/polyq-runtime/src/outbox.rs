@@ -96,9 +96,18 @@ pub trait RelaySteps: Sync {
     type Report: Default + Send;
     /// A failure of the database (a lease or a mark), which ends the streak.
     type Error: Send;
+    /// A row's place in the pending index, which a lease may start behind.
+    type Position: Clone + Send;
 
-    /// Leases the next batch.
-    fn lease(&self) -> impl Future<Output = Result<Self::Batch, Self::Error>> + Send;
+    /// Leases the next batch: with `after`, of the rows behind that one in the pending index
+    /// (see [`relay_streak`]), else from its start.
+    fn lease(
+        &self,
+        after: Option<Self::Position>,
+    ) -> impl Future<Output = Result<Self::Batch, Self::Error>> + Send;
+
+    /// Where the last row of `batch` stands in the pending index; `None` for an empty batch.
+    fn last_position(batch: &Self::Batch) -> Option<Self::Position>;
 
     /// Whether `batch` is a full one: only then is another leased after it.
     fn is_full(&self, batch: &Self::Batch) -> bool;
@@ -154,6 +163,13 @@ pub struct Streak<R> {
 /// answered are marked, so the database's round trips overlap the broker's. One leased batch
 /// waits for a free place in the window at most, so a lease runs out no sooner than with one
 /// batch in flight.
+///
+/// Each lease after the first starts behind the last row of the batch before, and one in fifty
+/// from the start of the pending index: its head keeps an entry for every
+/// row leased or marked since the table was last vacuumed, dead, skipped, but read by every walk
+/// from the start, so that each lease of a long backlog would cost more than the one before. A
+/// row left behind (its backoff over, the lease of a relay that died run out, its transaction
+/// committed late) waits that many batches at most.
 ///
 /// While a batch is leased and not marked, its lease is renewed every
 /// [`RelaySteps::renew_every`], so that a broker holding its publishes back does not lose it.
@@ -224,6 +240,7 @@ async fn streak<S: RelaySteps>(
     let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut renewing = None;
+    let mut cursor = LeaseCursor::default();
     loop {
         if publishing.len() < window
             && let Some(batch) = ready.take()
@@ -233,7 +250,7 @@ async fn streak<S: RelaySteps>(
         if more && leasing.is_none() && ready.is_none() {
             if streak.batches < pipeline.max_batches && !stop() {
                 streak.batches += 1;
-                leasing = Some(Box::pin(steps.lease()));
+                leasing = Some(Box::pin(steps.lease(cursor.lease_after())));
             } else {
                 more = false;
             }
@@ -241,6 +258,7 @@ async fn streak<S: RelaySteps>(
         if leasing.is_none() && ready.is_none() && publishing.is_empty() && marking.is_empty() {
             break;
         }
+        let in_flight = ready.is_some() || !publishing.is_empty();
         tokio::select! {
             Some(leased) = async {
                 match leasing.as_mut() {
@@ -251,6 +269,7 @@ async fn streak<S: RelaySteps>(
                 leasing = None;
                 match leased {
                     Ok(batch) => {
+                        cursor.leased(S::last_position(&batch));
                         more &= steps.is_full(&batch);
                         ready = Some(batch);
                     }
@@ -270,7 +289,7 @@ async fn streak<S: RelaySteps>(
                     error.get_or_insert(failure);
                 }
             },
-            _ = renewal.tick(), if renewing.is_none() && (ready.is_some() || !publishing.is_empty()) => {
+            _ = renewal.tick(), if renewing.is_none() && in_flight => {
                 renewing = Some(Box::pin(steps.renew()));
             }
             Some(renewed) = async {
@@ -324,25 +343,9 @@ pub fn relay_commit_clause(synchronous_commit: bool) -> &'static str {
     }
 }
 
-/// Where a relay's next lease of a streak starts: behind the last row of the batch before, and
-/// from the start of the pending index once every [`LeaseCursor::EVERY`] leases.
-///
-/// The head of an outbox's pending index keeps an entry for every row leased or marked since
-/// the table was last vacuumed: dead, skipped, but read by every walk from the start, so that
-/// each lease of a long backlog would cost more than the one before. Starting behind the batch
-/// before skips them; a row left behind (its backoff over, the lease of a relay that died run
-/// out, its transaction committed late) waits [`LeaseCursor::EVERY`] batches at most.
-///
-/// ```
-/// use polyq_runtime::outbox::LeaseCursor;
-///
-/// let mut cursor = LeaseCursor::default();
-/// assert_eq!(cursor.lease_after(), None, "the first lease walks from the start");
-/// cursor.leased(Some(7_i64));
-/// assert_eq!(cursor.lease_after(), Some(7), "the next one behind the row 7");
-/// ```
-#[derive(Debug, Clone)]
-pub struct LeaseCursor<Id> {
+/// Where the next lease of a streak starts (see [`relay_streak`]).
+#[derive(Debug)]
+struct LeaseCursor<Id> {
     after: Option<Id>,
     behind: usize,
 }
@@ -358,10 +361,10 @@ impl<Id> Default for LeaseCursor<Id> {
 
 impl<Id: Clone> LeaseCursor<Id> {
     /// One lease in this many walks the pending index from its start.
-    pub const EVERY: usize = 50;
+    const EVERY: usize = 50;
 
     /// The row the next lease starts behind, if any.
-    pub fn lease_after(&mut self) -> Option<Id> {
+    fn lease_after(&mut self) -> Option<Id> {
         if self.behind + 1 >= Self::EVERY {
             self.behind = 0;
             self.after = None;
@@ -374,7 +377,7 @@ impl<Id: Clone> LeaseCursor<Id> {
 
     /// Takes note of the last row, in index order, of the batch just leased (`None` for an
     /// empty one, which changes nothing).
-    pub fn leased(&mut self, last: Option<Id>) {
+    fn leased(&mut self, last: Option<Id>) {
         if last.is_some() {
             self.after = last;
         }
@@ -437,10 +440,12 @@ mod tests {
     }
 
     /// Steps over `full` full batches and then a short one, counting publishes in flight. A
-    /// publish takes `publish_takes` (on a paused clock) or three yields.
+    /// publish takes `publish_takes` (on a paused clock) or three yields. A batch is its number,
+    /// and stands for its own position; each lease notes what it was to start behind.
     #[derive(Default)]
     struct Counted {
         full: usize,
+        afters: Mutex<Vec<Option<usize>>>,
         fail_lease: Option<usize>,
         fail_renewal: bool,
         publish_takes: Option<Duration>,
@@ -457,13 +462,19 @@ mod tests {
         type Published = usize;
         type Report = usize;
         type Error = usize;
+        type Position = usize;
 
-        async fn lease(&self) -> Result<usize, usize> {
+        async fn lease(&self, after: Option<usize>) -> Result<usize, usize> {
+            self.afters.lock().unwrap().push(after);
             let batch = self.leased.fetch_add(1, Ordering::SeqCst);
             match self.fail_lease {
                 Some(failing) if failing == batch => Err(batch),
                 _ => Ok(batch),
             }
+        }
+
+        fn last_position(batch: &usize) -> Option<usize> {
+            Some(*batch)
         }
 
         fn is_full(&self, batch: &usize) -> bool {
@@ -546,6 +557,10 @@ mod tests {
         );
         assert_eq!(steps.most_in_flight.load(Ordering::SeqCst), 3);
         assert_eq!(marked(&steps), (0..10).collect::<Vec<_>>());
+        // The first lease from the start, each other behind the batch before.
+        let afters = steps.afters.lock().unwrap().clone();
+        let behind: Vec<Option<usize>> = std::iter::once(None).chain((0..9).map(Some)).collect();
+        assert_eq!(afters, behind);
     }
 
     #[tokio::test]

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crate::AceMq;
 use crate::outbox::error::OutboxError;
 use polyq_runtime::outbox::{
-    LeaseCursor, OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain,
-    relay_streak, relay_until_stopped,
+    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain, relay_streak,
+    relay_until_stopped,
 };
 
 use crate::outbox::MemoryOutbox;
@@ -36,8 +36,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 ///
 /// Each pass leases a batch of rows (`FOR UPDATE SKIP LOCKED` picks them, a `locked_until`
 /// lease holds them and is renewed until they are marked, so two relays never take the same
-/// row and a relay that dies mid-batch frees its rows when the lease runs out), publishes each row's stored exchange, routing key,
-/// properties, headers and body unchanged, waits for the broker's confirms, and marks published
+/// row and a relay that dies mid-batch frees its rows when the lease runs out), publishes each
+/// row's stored exchange, routing key, properties, headers and body unchanged, waits for the broker's confirms, and marks published
 /// only the rows the broker confirmed. A refused, unroutable or unconfirmed publish counts an
 /// attempt, keeps its reason in `last_error` and holds the row back for a linear backoff; a row
 /// that cannot be read as a message is failed at once. Delivery is at least once: a crash
@@ -405,6 +405,11 @@ impl OutboxRelay {
         Ok(())
     }
 
+    /// Whether a batch of `rows` is a full one.
+    fn is_full(&self, rows: usize) -> bool {
+        rows as i64 >= self.batch_size
+    }
+
     fn backoff_for(&self, prior_attempts: i32) -> Duration {
         let prior = u32::try_from(prior_attempts).unwrap_or(0);
         linear_backoff(self.backoff_step, self.backoff_cap, prior)
@@ -415,11 +420,10 @@ impl OutboxRelay {
 const LAG_EVERY: Duration = Duration::from_secs(1);
 
 /// The relay's steps as [`relay_streak`] overlaps them, with the batches leased and not marked
-/// yet (their tokens and row ids, for the renewals), and where the next lease starts.
+/// yet (their tokens and row ids, for the renewals).
 struct Steps<'a> {
     relay: &'a OutboxRelay,
     unmarked: Mutex<HashMap<String, Vec<String>>>,
-    cursor: Mutex<LeaseCursor<String>>,
     /// When the lag was last read.
     lag_read: Mutex<Option<Instant>>,
 }
@@ -429,13 +433,8 @@ impl<'a> Steps<'a> {
         Self {
             relay,
             unmarked: Mutex::default(),
-            cursor: Mutex::default(),
             lag_read: Mutex::default(),
         }
-    }
-
-    fn cursor(&self) -> MutexGuard<'_, LeaseCursor<String>> {
-        self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether the lag is read after the mark of a batch of `claimed` rows: after the first
@@ -445,8 +444,7 @@ impl<'a> Steps<'a> {
     /// each batch.
     fn lag_due(&self, claimed: usize) -> bool {
         let mut read = self.lag_read.lock().unwrap_or_else(PoisonError::into_inner);
-        let due = (claimed as i64) < self.relay.batch_size
-            || read.is_none_or(|at| at.elapsed() >= LAG_EVERY);
+        let due = !self.relay.is_full(claimed) || read.is_none_or(|at| at.elapsed() >= LAG_EVERY);
         if due {
             *read = Some(Instant::now());
         }
@@ -463,12 +461,12 @@ impl RelaySteps for Steps<'_> {
     type Published = Published;
     type Report = RelayPass;
     type Error = OutboxError;
+    type Position = String;
 
     /// Leases the next batch under a token of its own.
-    async fn lease(&self) -> Result<Batch, OutboxError> {
+    async fn lease(&self, after: Option<String>) -> Result<Batch, OutboxError> {
         let relay = self.relay;
         let token = uuid::Uuid::new_v4();
-        let after = self.cursor().lease_after();
         let rows = relay
             .backend
             .claim(
@@ -480,8 +478,6 @@ impl RelaySteps for Steps<'_> {
                 after.as_deref(),
             )
             .await?;
-        self.cursor()
-            .leased(rows.last().map(|(row, _)| row.id.clone()));
         let token = token.to_string();
         if !rows.is_empty() {
             let ids = rows.iter().map(|(row, _)| row.id.clone()).collect();
@@ -490,9 +486,14 @@ impl RelaySteps for Steps<'_> {
         Ok(Batch { token, rows })
     }
 
+    /// The row's id: the pending index orders rows by `(created_at, id)`, and the lease reads
+    /// the `created_at` of that row.
+    fn last_position(batch: &Batch) -> Option<String> {
+        batch.rows.last().map(|(row, _)| row.id.clone())
+    }
+
     fn is_full(&self, batch: &Batch) -> bool {
-        let relay = self.relay;
-        batch.rows.len() as i64 >= relay.batch_size
+        self.relay.is_full(batch.rows.len())
     }
 
     /// Publishes a leased batch's rows and awaits the broker's answers, all of them under one
@@ -564,8 +565,8 @@ impl RelaySteps for Steps<'_> {
     }
 
     /// Marks the rows that could not be read failed for good, the unconfirmed ones failed
-    /// after a backoff, and the confirmed ones published in one statement that also reads the
-    /// lag.
+    /// after a backoff, and the confirmed ones published in one statement; then reads the lag
+    /// when it is due.
     async fn mark(&self, published: Published) -> Result<RelayPass, OutboxError> {
         let relay = self.relay;
         let Published {

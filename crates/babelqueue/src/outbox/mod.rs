@@ -105,7 +105,7 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// [`OutboxStore::fetch_unpublished`] that may look only at rows after the row `after`
     /// (the last of the batch before, in id order), as the relay asks within a streak of full
-    /// batches (see `polyq_runtime::outbox::LeaseCursor`); rows before it are offered again
+    /// batches (see `polyq_runtime::outbox::relay_streak`); rows before it are offered again
     /// once the relay fetches without it. The default looks at every row.
     fn fetch_unpublished_after(
         &self,

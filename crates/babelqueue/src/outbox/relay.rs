@@ -9,8 +9,8 @@ use polyq_runtime::Shutdown;
 
 use crate::outbox::error::OutboxError;
 use polyq_runtime::outbox::{
-    LeaseCursor, OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain,
-    relay_streak, relay_until_stopped,
+    OutboxStatus, Pipeline, RelaySteps, Streak, linear_backoff, relay_drain, relay_streak,
+    relay_until_stopped,
 };
 
 use crate::outbox::{Failure, OutboxRecord, OutboxStore};
@@ -229,8 +229,6 @@ struct Published {
 struct Steps<'a, T> {
     relay: &'a OutboxRelay<T>,
     unmarked: Mutex<BTreeSet<i64>>,
-    /// Where the next fetch starts.
-    cursor: Mutex<LeaseCursor<i64>>,
 }
 
 impl<'a, T> Steps<'a, T> {
@@ -238,12 +236,7 @@ impl<'a, T> Steps<'a, T> {
         Self {
             relay,
             unmarked: Mutex::default(),
-            cursor: Mutex::default(),
         }
-    }
-
-    fn cursor(&self) -> MutexGuard<'_, LeaseCursor<i64>> {
-        self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn unmarked(&self) -> MutexGuard<'_, BTreeSet<i64>> {
@@ -256,17 +249,21 @@ impl<T: Transport> RelaySteps for Steps<'_, T> {
     type Published = Published;
     type Report = FlushReport;
     type Error = OutboxError;
+    type Position = i64;
 
-    async fn lease(&self) -> Result<Vec<OutboxRecord>, OutboxError> {
-        let after = self.cursor().lease_after();
+    async fn lease(&self, after: Option<i64>) -> Result<Vec<OutboxRecord>, OutboxError> {
         let batch = self
             .relay
             .store
             .fetch_unpublished_after(self.relay.batch_size, after)
             .await?;
-        self.cursor().leased(batch.last().map(|record| record.id));
         self.unmarked().extend(batch.iter().map(|record| record.id));
         Ok(batch)
+    }
+
+    /// The row's id, which orders the pending index.
+    fn last_position(batch: &Vec<OutboxRecord>) -> Option<i64> {
+        batch.last().map(|record| record.id)
     }
 
     fn is_full(&self, batch: &Vec<OutboxRecord>) -> bool {
@@ -352,6 +349,7 @@ impl<T: Transport> RelaySteps for Steps<'_, T> {
     fn published(report: &FlushReport) -> usize {
         report.published
     }
+
     fn renew_every(&self) -> Duration {
         self.relay.store.lease() / 3
     }
