@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use polyq_runtime::outbox::OutboxStatus;
+use sqlx::mysql::MySqlArguments;
+use sqlx::query::Query;
 use sqlx::{MySql, MySqlPool, Row};
 use uuid::Uuid;
 
@@ -45,6 +47,16 @@ fn placeholders(count: usize) -> String {
 }
 
 /// Microseconds for `INTERVAL ? MICROSECOND`.
+/// `update` with the token and the ids of [`Table::leased_rows_update`] bound.
+fn bind_leased<'q>(
+    update: Query<'q, MySql, MySqlArguments>,
+    token: &'q str,
+    ids: &'q [String],
+) -> Query<'q, MySql, MySqlArguments> {
+    ids.iter()
+        .fold(update.bind(token), |update, id| update.bind(id))
+}
+
 fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
@@ -121,17 +133,11 @@ impl Table<MySql> {
         if ids.is_empty() {
             return Ok(());
         }
-        let mark = format!(
-            "UPDATE {} SET published_at = UTC_TIMESTAMP(6), locked_by = NULL, \
-             locked_until = NULL WHERE locked_by = ? AND id IN ({})",
-            self.name(),
-            placeholders(ids.len())
+        let mark = self.leased_rows_update(
+            "published_at = UTC_TIMESTAMP(6), locked_by = NULL, locked_until = NULL",
+            ids.len(),
         );
-        let mut update = sqlx::query(&mark).bind(token);
-        for id in ids {
-            update = update.bind(id);
-        }
-        update
+        bind_leased(sqlx::query(&mark), token, ids)
             .execute(db)
             .await
             .map_err(self.failed("mark published rows in"))?;
@@ -157,6 +163,16 @@ impl Table<MySql> {
         Ok(age(oldest))
     }
 
+    /// An `UPDATE` that sets `set` on `ids` rows still leased to a token: its placeholders, those
+    /// of `set` first, then the token, then the ids ([`bind_leased`]).
+    fn leased_rows_update(&self, set: &str, ids: usize) -> String {
+        format!(
+            "UPDATE {} SET {set} WHERE locked_by = ? AND id IN ({})",
+            self.name(),
+            placeholders(ids)
+        )
+    }
+
     /// Extends to `lease` from now the lease of the rows `ids` still leased to `token`.
     pub async fn renew(
         &self,
@@ -168,17 +184,11 @@ impl Table<MySql> {
         if ids.is_empty() {
             return Ok(());
         }
-        let renew = format!(
-            "UPDATE {} SET locked_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-             WHERE locked_by = ? AND id IN ({})",
-            self.name(),
-            placeholders(ids.len())
+        let renew = self.leased_rows_update(
+            "locked_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND",
+            ids.len(),
         );
-        let mut update = sqlx::query(&renew).bind(micros(lease)).bind(token);
-        for id in ids {
-            update = update.bind(id);
-        }
-        update
+        bind_leased(sqlx::query(&renew).bind(micros(lease)), token, ids)
             .execute(db)
             .await
             .map_err(self.failed("renew the lease of a batch in"))?;
