@@ -145,3 +145,31 @@ async fn babel_takes_both_spellings() {
     assert_eq!(redriven, [1, 2], "one job per redrive, one per consume");
     assert_eq!(left, [3]);
 }
+
+/// The commands `polyq --help` lists, in the order it lists them (`help` left out).
+fn listed_commands() -> Vec<String> {
+    help(&[])
+        .lines()
+        .skip_while(|line| line.trim() != "Commands:")
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_crate_readme_lists_every_command() {
+    let readme = include_str!("../README.md");
+    let commands = listed_commands();
+    assert!(commands.len() >= 9, "{commands:?}");
+    let missing: Vec<_> = commands
+        .iter()
+        .filter(|name| !readme.contains(&format!("| `{name}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "crates/polyq/README.md has no row for {missing:?}: add one to its command table"
+    );
+}
