@@ -127,7 +127,7 @@ impl Binding {
         })
     }
 
-    /// Publishes `seqs` with up to [`FILL_CONCURRENCY`] in flight, every one confirmed.
+    /// Publishes `seqs` with up to `FILL_CONCURRENCY` in flight, every one confirmed.
     ///
     /// # Errors
     /// The first publish that failed.

@@ -48,7 +48,7 @@ pub(crate) enum Command {
         /// Envelope JSON file, or `-` for standard input.
         #[arg(default_value = "-")]
         file: PathBuf,
-        /// The origin stamped when the input sets none. Default: acemq@<hostname>.
+        /// The origin stamped when the input sets none. Default: acemq@HOSTNAME.
         #[arg(long)]
         origin: Option<String>,
         /// "Now" for the first-seen default: RFC 3339 or epoch milliseconds. Default: now.

@@ -128,7 +128,7 @@ pub(crate) enum Command {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Broker {
     /// The broker: memory://, amqp://, amqps://, redis://, rediss://, redis+sentinel://
-    /// (host:port[,host:port]/service) or redis+cluster:// (host:port[,host:port]). The nodes
+    /// (host:port,host:port/service) or redis+cluster:// (host:port,host:port). The nodes
     /// of a RabbitMQ cluster are listed as `amqp://user:pass@host1:5672,host2:5672/vhost`, or
     /// with the flag given once per node.
     #[arg(long = "url", required = true)]

@@ -15,7 +15,7 @@ use crate::cli::connect::TlsArgs;
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BrokerArgs {
     /// The broker: amqp://, amqps://, memory://, redis://, rediss://, redis+sentinel://
-    /// (host:port[,host:port]/service) or redis+cluster:// (host:port[,host:port]).
+    /// (host:port,host:port/service) or redis+cluster:// (host:port,host:port).
     #[arg(long)]
     pub(crate) url: String,
     /// The Redis key layout.
