@@ -20,7 +20,11 @@
 //!
 //! `examples/retry_and_replay.rs` runs a consumer whose handler fails into `orders.dlq` and a
 //! replay that brings the message back, on `memory://`:
-//! `cargo run -p acemq --example retry_and_replay`.
+//! `cargo run -p acemq --example retry_and_replay`. `--example publisher` (confirms, a publish
+//! and a consume interceptor) and `--example request_reply` (a responder and a requester) run
+//! on `memory://` or on the broker URL given as their argument; `--features postgres --example
+//! outbox_postgres` records messages in a PostgreSQL transaction and relays them
+//! (`POLYQ_POSTGRES_URL`).
 //!
 //! # Map of the crate
 //!

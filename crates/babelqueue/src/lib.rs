@@ -24,6 +24,8 @@
 //! message: `cargo run -p babelqueue --example worker` (a handler that fails once and is
 //! retried), `--example dead_letter` (a failing job, an unknown URN and a poison body in
 //! `<queue>.dlq`) and `--example redrive` (a dead-lettered job sent back and handled).
+//! `--example redis_worker` needs Redis (`POLYQ_REDIS_URL`): a worker handling a job pushed with
+//! the exact bytes the Python SDK writes.
 //!
 //! # Map of the crate
 //!
