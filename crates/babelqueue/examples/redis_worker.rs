@@ -17,13 +17,13 @@ use babelqueue::worker::Job;
 use redis::AsyncCommands;
 use tokio::sync::mpsc;
 
-const QUEUE: &str = "example-redis-worker";
 const CREATED: &str = "urn:babel:orders:created";
 /// What the Python SDK 1.24 writes for
 /// `BabelQueue(transport=RedisTransport(url), queue="example-redis-worker")
 ///     .publish("urn:babel:orders:created", {"order_id": 1042, "amount": 99.9, "currency": "EUR"},
 ///              trace_id="checkout-7f3a")`,
-/// byte for byte, as read back from Redis.
+/// byte for byte, as read back from Redis. `meta.queue` names the queue Python published to; a
+/// worker takes the job from whichever queue it is on.
 const PYTHON_BODY: &str = r#"{"job":"urn:babel:orders:created","trace_id":"checkout-7f3a","data":{"order_id":1042,"amount":99.9,"currency":"EUR"},"meta":{"id":"5dcf0dd1-9f06-4a2d-b745-d5cc83ac9358","queue":"example-redis-worker","lang":"python","schema_version":1,"created_at":1796198361691},"attempts":0}"#;
 
 #[derive(Debug, serde::Deserialize)]
@@ -50,13 +50,21 @@ async fn main() -> anyhow::Result<()> {
         .get_multiplexed_async_connection()
         .await
         .context("cannot reach Redis; set POLYQ_REDIS_URL")?;
-    let result = run(&url, &mut redis).await;
-    // The list, its `:processing` list and deadlines, and anything else under the queue's name.
+    // A queue of this run's own, so that two runs on one Redis never take each other's jobs.
+    let queue = format!("example-redis-worker.{}", std::process::id());
+    let result = run(&url, &mut redis, &queue).await;
+    // The list, its `:processing` list and deadlines, and any `<queue>.…` (not another run's
+    // `<queue>7`).
     let mut keys = Vec::new();
-    let pattern = redis::ScanOptions::default().with_pattern(format!("{QUEUE}*"));
+    let pattern = redis::ScanOptions::default().with_pattern(format!("{queue}*"));
     let mut scan = redis.scan_options::<String>(pattern).await?;
     while let Some(key) = scan.next_item().await {
-        keys.push(key?);
+        let key = key?;
+        if let Some(rest) = key.strip_prefix(queue.as_str())
+            && (rest.is_empty() || rest.starts_with([':', '.']))
+        {
+            keys.push(key);
+        }
     }
     drop(scan);
     if !keys.is_empty() {
@@ -65,12 +73,16 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
-async fn run(url: &str, redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<()> {
+async fn run(
+    url: &str,
+    redis: &mut redis::aio::MultiplexedConnection,
+    queue: &str,
+) -> anyhow::Result<()> {
     // The Python producer's side, done by hand: its exact bytes at the tail of the list.
-    redis.rpush::<_, _, ()>(QUEUE, PYTHON_BODY).await?;
-    println!("pushed the Python SDK's {CREATED} job onto {QUEUE}");
+    redis.rpush::<_, _, ()>(queue, PYTHON_BODY).await?;
+    println!("pushed the Python SDK's {CREATED} job onto {queue}");
 
-    let orders = BabelQueue::builder(url).queue(QUEUE).connect().await?;
+    let orders = BabelQueue::builder(url).queue(queue).connect().await?;
     let (seen, mut jobs) = mpsc::unbounded_channel();
     let report = orders
         .worker()
@@ -115,8 +127,8 @@ async fn run(url: &str, redis: &mut redis::aio::MultiplexedConnection) -> anyhow
         "the handler saw something else than the Python job: {seen:?}"
     );
     // Acknowledged: nothing left waiting, nothing left in flight.
-    let waiting: u64 = redis.llen(QUEUE).await?;
-    let in_flight: u64 = redis.llen(format!("{QUEUE}:processing")).await?;
+    let waiting: u64 = redis.llen(queue).await?;
+    let in_flight: u64 = redis.llen(format!("{queue}:processing")).await?;
     ensure!(
         waiting == 0 && in_flight == 0,
         "{waiting} job(s) waiting and {in_flight} in flight after the worker"
