@@ -218,8 +218,7 @@ async fn a_consumer_refuses_to_start_when_its_rungs_lead_nowhere(env: &'static E
         .declare(false)
         .start(|_message: Message<String>| async {})
         .await
-        .err()
-        .expect("the consumer does not start");
+        .expect_err("the consumer does not start");
     assert!(refused.is_rung_route_broken(), "{refused}");
     let text = refused.to_string();
     assert!(text.contains(&format!("{queue}.retry.1s")), "{text}");
@@ -250,8 +249,7 @@ async fn a_consumer_refuses_to_start_when_acemq_retry_is_gone(env: &'static Env)
         .declare(false)
         .start(|_message: Message<String>| async {})
         .await
-        .err()
-        .expect("the consumer does not start");
+        .expect_err("the consumer does not start");
     assert!(refused.is_rung_route_broken(), "{refused}");
     assert!(refused.to_string().contains("acemq.retry"), "{refused}");
 }
