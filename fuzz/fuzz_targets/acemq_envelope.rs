@@ -1,39 +1,5 @@
-//! The AceMQ envelope read from a delivery's headers: never panics, lets no reserved header
-//! through to the application headers, and an envelope written back to headers reads as itself.
+//! The `acemq_envelope` target: [`polyq_fuzz::targets::acemq_envelope`], whose checks `fuzz/tests/corpus.rs`
+//! also replays over the saved corpus.
 #![no_main]
 
-use acemq::Envelope;
-use acemq::headers::is_ace_header;
-use libfuzzer_sys::fuzz_target;
-use polyq_fuzz::{Delivery, now};
-
-fuzz_target!(|data: &[u8]| {
-    let Some(delivery) = Delivery::read(data) else {
-        return;
-    };
-    let envelope = Envelope::from_headers_at(
-        &delivery.headers,
-        &delivery.routing_key,
-        delivery.message_id.as_deref(),
-        now(),
-    );
-    assert!(
-        envelope.headers().keys().all(|name| !is_ace_header(name)),
-        "a reserved header reached the application headers"
-    );
-    let again = Envelope::from_headers_at(
-        &envelope.to_headers(),
-        &delivery.routing_key,
-        Some(envelope.id()),
-        now(),
-    );
-    // Compared as text: a NaN header is never equal to itself.
-    assert_eq!(
-        format!("{envelope:?}"),
-        format!("{again:?}"),
-        "an envelope written to headers reads back different"
-    );
-    let _ = envelope.itinerary();
-    let _ = envelope.age_at(now());
-    let _ = envelope.next_attempt();
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| polyq_fuzz::targets::acemq_envelope::check(data));

@@ -1,28 +1,5 @@
-//! The declared-pipeline routing slip read from headers: never panics, a slip written back to
-//! headers reads as itself, and advancing it stays in bounds.
+//! The `acemq_route` target: [`polyq_fuzz::targets::acemq_route`], whose checks `fuzz/tests/corpus.rs`
+//! also replays over the saved corpus.
 #![no_main]
 
-use acemq::RoutingSlip;
-use libfuzzer_sys::fuzz_target;
-use polyq_amqp::FieldTable;
-use polyq_fuzz::Delivery;
-
-fuzz_target!(|data: &[u8]| {
-    let Some(delivery) = Delivery::read(data) else {
-        return;
-    };
-    let Some(slip) = RoutingSlip::from_headers(&delivery.headers) else {
-        return;
-    };
-    let mut written = FieldTable::new();
-    slip.write_headers(&mut written);
-    assert_eq!(
-        RoutingSlip::from_headers(&written).as_ref(),
-        Some(&slip),
-        "a routing slip written to headers reads back different"
-    );
-    let _ = (slip.current(), slip.next(), slip.is_finished());
-    let advanced = slip.advance();
-    assert_eq!(advanced.run_id(), slip.run_id());
-    let _ = (advanced.current(), advanced.next());
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| polyq_fuzz::targets::acemq_route::check(data));

@@ -1,31 +1,5 @@
-//! The message JSON shape every `polyq` command shows and takes: any text parses or fails
-//! without a panic, and what it writes reads back as the same message; any header table written
-//! as JSON reads back with the same types.
+//! The `message_json` target: [`polyq_fuzz::targets::message_json`], whose checks `fuzz/tests/corpus.rs`
+//! also replays over the saved corpus.
 #![no_main]
 
-use arbitrary::Unstructured;
-use libfuzzer_sys::fuzz_target;
-use polyq_amqp::MessageJson;
-use polyq_amqp::message_json::{headers_from_json, headers_to_json};
-
-fuzz_target!(|data: &[u8]| {
-    if let Some(message) = std::str::from_utf8(data)
-        .ok()
-        .and_then(|text| MessageJson::parse(text).ok())
-    {
-        let written = message.to_json_pretty();
-        let back = MessageJson::parse(&written).expect("its own output parses");
-        // Compared as text: a NaN header is never equal to itself.
-        assert_eq!(back.to_json_pretty(), written);
-    }
-    let mut u = Unstructured::new(data);
-    if let Ok(table) = polyq_fuzz::arbitrary_table(&mut u) {
-        let json = headers_to_json(&table);
-        let back = headers_from_json(&json).expect("its own JSON reads back");
-        assert_eq!(
-            format!("{back:?}"),
-            format!("{table:?}"),
-            "types changed: {json}"
-        );
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| polyq_fuzz::targets::message_json::check(data));

@@ -1,5 +1,7 @@
 //! What the fuzz targets share: AMQP header tables built from fuzz input, and a fixed clock.
 
+pub mod targets;
+
 use arbitrary::{Arbitrary, Unstructured};
 use polyq_amqp::{FieldTable, FieldValue, MessageJson};
 use time::OffsetDateTime;

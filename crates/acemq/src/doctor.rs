@@ -42,6 +42,9 @@ pub mod rules {
     pub const SOURCE_NOT_QUORUM: &str = "acemq/source-not-quorum";
     /// A dead-letter exchange, or the queue it routes to, does not exist.
     pub const DEAD_LETTER_NOWHERE: &str = "acemq/dead-letter-nowhere";
+    /// The rungs' dead-letter route (`acemq.retry` on the source queue's name) has no binding
+    /// to the source queue: a retry that expires there is dropped by the broker.
+    pub const RUNG_ROUTE_NOWHERE: &str = "acemq/rung-route-nowhere";
 }
 
 /// How a header of the contract is typed on the wire.
@@ -136,21 +139,31 @@ pub struct Probes {
     pub queues: Vec<String>,
     /// Exchanges whose existence matters.
     pub exchanges: Vec<String>,
+    /// Exchange and queue pairs whose bindings matter (their routing keys go in
+    /// [`Estate::bindings`]): `acemq.retry` and the source queue, when the policy has rungs.
+    pub bindings: Vec<(String, String)>,
 }
 
 /// The queues and exchanges that decide the findings on source queue `queue`, consumed with
 /// `policy` when one is given.
 pub fn probes(queue: &str, policy: Option<&RetryPolicy>) -> Probes {
     let mut queues = vec![queue.to_owned(), topology::dead_letter_queue(queue)];
-    if let Some(policy) = policy {
-        queues.extend(topology::rungs(queue, policy).into_iter().map(|r| r.queue));
-    }
+    let rungs = policy
+        .map(|policy| topology::rungs(queue, policy))
+        .unwrap_or_default();
+    let bindings = if rungs.is_empty() {
+        Vec::new()
+    } else {
+        vec![(topology::RETRY_EXCHANGE.to_owned(), queue.to_owned())]
+    };
+    queues.extend(rungs.into_iter().map(|r| r.queue));
     Probes {
         queues,
         exchanges: vec![
             topology::DEAD_LETTER_EXCHANGE.to_owned(),
             topology::RETRY_EXCHANGE.to_owned(),
         ],
+        bindings,
     }
 }
 
@@ -215,6 +228,10 @@ pub struct Estate {
     pub queue_types: BTreeMap<String, QueueType>,
     /// The `x-dead-letter-exchange` of a queue, where the broker told it; absent when unknown.
     pub dead_letter_exchanges: BTreeMap<String, Option<String>>,
+    /// The routing keys bound from an exchange to a queue, keyed `(exchange, queue)`, where the
+    /// caller could read them (AMQP cannot tell them; RabbitMQ's management API can); absent
+    /// when unknown, empty when there is no binding.
+    pub bindings: BTreeMap<(String, String), BTreeSet<String>>,
 }
 
 /// The findings on source queue `queue` consumed with `policy` (when given): rungs the policy
@@ -289,7 +306,10 @@ pub fn check_queue(queue: &str, policy: Option<&RetryPolicy>, estate: &Estate) -
             ));
         }
     }
-    if declared_rungs > 0 && !estate.exchanges.contains(topology::RETRY_EXCHANGE) {
+    if declared_rungs == 0 {
+        return findings;
+    }
+    if !estate.exchanges.contains(topology::RETRY_EXCHANGE) {
         findings.push(Finding::new(
             rules::DEAD_LETTER_NOWHERE,
             Severity::Error,
@@ -300,6 +320,24 @@ pub fn check_queue(queue: &str, policy: Option<&RetryPolicy>, estate: &Estate) -
             ),
             format!(
                 "declare the direct exchange {} and bind the queue to it on its own name",
+                topology::RETRY_EXCHANGE
+            ),
+        ));
+    } else if let Some(keys) = estate
+        .bindings
+        .get(&(topology::RETRY_EXCHANGE.to_owned(), queue.to_owned()))
+        && !keys.contains(queue)
+    {
+        findings.push(Finding::new(
+            rules::RUNG_ROUTE_NOWHERE,
+            Severity::Error,
+            &subject,
+            format!(
+                "its rungs dead-letter through {} on key {queue}, but no binding leads from there                  to the queue; the broker drops a retry that expires on a rung, without a trace",
+                topology::RETRY_EXCHANGE
+            ),
+            format!(
+                "bind {queue} to {} on routing key {queue} (a consumer with this policy binds it                  at start)",
                 topology::RETRY_EXCHANGE
             ),
         ));
@@ -417,6 +455,11 @@ mod tests {
                 queue.to_owned(),
                 Some(topology::DEAD_LETTER_EXCHANGE.to_owned()),
             )]),
+            bindings: probes
+                .bindings
+                .into_iter()
+                .map(|pair| (pair, BTreeSet::from([queue.to_owned()])))
+                .collect(),
         }
     }
 
@@ -500,6 +543,34 @@ mod tests {
         assert_eq!(findings[0].severity, Severity::Warning);
         estate.queue_types.clear();
         assert!(check_queue("orders", None, &estate).is_empty());
+    }
+
+    #[test]
+    fn a_rung_route_without_its_binding_is_an_error_and_unknown_bindings_are_not_judged() {
+        let probes = probes("orders", Some(&policy()));
+        assert_eq!(
+            probes.bindings,
+            [("acemq.retry".to_owned(), "orders".to_owned())]
+        );
+        assert!(super::probes("orders", None).bindings.is_empty());
+
+        let route = ("acemq.retry".to_owned(), "orders".to_owned());
+        let mut estate = complete_estate("orders");
+        estate
+            .bindings
+            .insert(route.clone(), BTreeSet::from(["other".to_owned()]));
+        let findings = check_queue("orders", Some(&policy()), &estate);
+        assert_eq!(rules_of(&findings), [rules::RUNG_ROUTE_NOWHERE]);
+        assert_eq!(findings[0].severity, Severity::Error);
+        assert!(
+            findings[0].fix.contains("routing key orders"),
+            "{}",
+            findings[0].fix
+        );
+        assert!(check_queue("orders", None, &estate).is_empty());
+
+        estate.bindings.remove(&route);
+        assert!(check_queue("orders", Some(&policy()), &estate).is_empty());
     }
 
     #[test]

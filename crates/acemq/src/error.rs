@@ -175,6 +175,18 @@ pub enum RuntimeError {
         /// What is wrong.
         reason: String,
     },
+    /// A consumer whose policy waits on broker rungs found their dead-letter route broken at
+    /// start: a retry expiring on a rung would be dropped by the broker without a trace, so the
+    /// consumer does not start. Nothing was subscribed.
+    #[error(
+        "the retry route of queue `{queue}` leads nowhere: {reason}; declare it (start the consumer          with declare(true), or apply the topology) and check it with `polyq doctor --policy`"
+    )]
+    RungRouteBroken {
+        /// The source queue.
+        queue: String,
+        /// Which part of the route is missing.
+        reason: String,
+    },
     /// A connection option is out of range; nothing was connected.
     #[error("invalid connection option `{option}`: {reason}")]
     Config {
@@ -222,8 +234,26 @@ impl RuntimeError {
             | RuntimeError::Refused { .. }
             | RuntimeError::Unroutable { .. }
             | RuntimeError::InvalidOption { .. }
+            | RuntimeError::RungRouteBroken { .. }
             | RuntimeError::Config { .. } => false,
         }
+    }
+
+    /// Whether a consumer refused to start because the dead-letter route of its rungs leads
+    /// nowhere ([`RuntimeError::RungRouteBroken`]).
+    ///
+    /// ```
+    /// use acemq::RuntimeError;
+    ///
+    /// let broken = RuntimeError::RungRouteBroken {
+    ///     queue: "orders".into(),
+    ///     reason: "the exchange acemq.retry does not exist".into(),
+    /// };
+    /// assert!(broken.is_rung_route_broken());
+    /// assert!(!broken.is_transient());
+    /// ```
+    pub fn is_rung_route_broken(&self) -> bool {
+        matches!(self, RuntimeError::RungRouteBroken { .. })
     }
 
     /// Whether the failure is the link to the broker ([`polyq_amqp::Error::is_connection`]).

@@ -36,6 +36,8 @@ command, url, layout, queue, *args = sys.argv[1:]
 options = {"laravel_compat": layout == "laravel"}
 if command == "pop-lapsing":
     options["retry_after"] = 0
+if command == "sweep":
+    options["retry_after"] = int(args[0])
 transport = RedisTransport(url, **options)
 
 def out(value):
@@ -60,6 +62,18 @@ elif command in ("pop", "pop-lapsing"):
     handle = received.handle
     out({"body": received.body, "headers": received.headers,
          "handle": list(handle) if isinstance(handle, tuple) else handle})
+elif command == "sweep":
+    # Reserves (each reserve sweeps or migrates lapsed reservations first) for args[1] seconds;
+    # prints every body it took, acked.
+    import time
+    until = time.monotonic() + float(args[1])
+    taken = []
+    while time.monotonic() < until:
+        received = transport.pop(queue, timeout=0.2)
+        if received is not None:
+            taken.append(received.body)
+            transport.ack(received)
+    out(taken)
 elif command == "ack":
     transport.ack(message(args[0], json.loads(args[1])))
 elif command == "release":
@@ -579,9 +593,13 @@ async fn laravel_dead_letters_cross_both_ways() {
 // The worker runtime and redrive, on both layouts
 
 mod runtime {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use babelqueue::BabelQueue;
     use babelqueue::redrive::RedriveOptions;
     use babelqueue::transport::RedisLayout;
+    use babelqueue::transport::Transport as _;
     use babelqueue::worker::Job;
     use serde_json::{Value, json};
     use tokio::sync::mpsc;
@@ -698,6 +716,83 @@ mod runtime {
         assert_eq!(seen[0]["envelope"]["attempts"], 1);
     }
 
+    /// The reservation deadline of the long-handler test: short, so the test is, yet long enough
+    /// to be extended (a whole-second score can lose one second of it).
+    const DEADLINE: Duration = Duration::from_secs(2);
+    /// How long the long handler runs: four deadlines.
+    const LONG: Duration = Duration::from_secs(8);
+
+    /// A handler running four reservation deadlines long, beside a second Rust worker and the
+    /// Python SDK's reserve (which sweeps, or migrates, lapsed reservations first), both on the
+    /// same deadline, runs once: its worker extends the reservation where they look.
+    async fn a_long_handler_runs_once_beside_a_second_worker_and_a_python_sweep(
+        layout: RedisLayout,
+    ) {
+        let f = fixture().await;
+        let connect = || async {
+            let options = babelqueue::transport::ConnectOptions::default()
+                .redis_layout(layout)
+                .redis(
+                    babelqueue::transport::redis::RedisOptions::new()
+                        .reservation_deadline(Some(DEADLINE))
+                        .retry_after(Some(DEADLINE))
+                        .block_slice(Duration::from_millis(200)),
+                );
+            BabelQueue::builder(polyq_testkit::redis_url())
+                .queue(&f.queue)
+                .options(options)
+                .connect()
+                .await
+                .unwrap()
+        };
+        let (first, second) = (connect().await, connect().await);
+        first.publish(URN, &json!({"n": 1})).await.unwrap();
+
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (started, mut has_started) = mpsc::unbounded_channel();
+        let long_handler = |runs: Arc<AtomicUsize>, started: mpsc::UnboundedSender<()>| {
+            move |_job: Job| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let _ = started.send(());
+                // The work itself: a handler that takes several deadlines.
+                async {
+                    tokio::time::sleep(LONG).await;
+                    Ok::<_, &str>(())
+                }
+            }
+        };
+        let working = tokio::spawn(
+            first
+                .worker()
+                .handle(URN, long_handler(runs.clone(), started.clone()))
+                .consume(1, IDLE),
+        );
+        has_started
+            .recv()
+            .await
+            .expect("the first worker starts the handler");
+
+        let beside = second
+            .worker()
+            .handle(URN, long_handler(runs.clone(), started))
+            .consume(1, LONG);
+        let (deadline, window) = (DEADLINE.as_secs().to_string(), LONG.as_secs().to_string());
+        let sweep_args = [deadline.as_str(), window.as_str()];
+        let sweep = peer("sweep", peer_layout(layout), &f.queue, &sweep_args);
+        let (beside, swept) = tokio::join!(beside, sweep);
+        let report = working.await.unwrap().unwrap();
+
+        assert_eq!(report.succeeded, 1, "{report:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+        assert_eq!(
+            beside.unwrap().succeeded,
+            0,
+            "the second worker took nothing"
+        );
+        assert_eq!(swept, json!([]), "the Python sweep took nothing back");
+        assert_eq!(first.transport().depth(&f.queue).await.unwrap(), 0);
+    }
+
     /// Declares `#[tokio::test]`s `default` and `laravel` in a module named after the scenario.
     macro_rules! on_both_layouts {
         ($($scenario:ident),* $(,)?) => {$(
@@ -721,5 +816,6 @@ mod runtime {
         rust_worker_dead_letters_and_python_redrives,
         python_dead_letters_and_rust_redrives,
         unknown_keys_survive_a_rust_worker_retry,
+        a_long_handler_runs_once_beside_a_second_worker_and_a_python_sweep,
     );
 }

@@ -272,34 +272,118 @@ async fn the_sweep_returns_lapsed_reservations_to_the_end_and_drops_malformed_me
 }
 
 #[tokio::test]
-async fn a_worker_killed_mid_job_loses_nothing() {
-    let url = polyq_testkit::redis_url();
-    let options = || RedisOptions::new().reservation_deadline(Some(Duration::from_secs(1)));
-    let mut f = fixture(options()).await;
+async fn an_extension_moves_the_deadline_only_while_the_reservation_is_held() {
+    let mut f =
+        fixture(RedisOptions::new().reservation_deadline(Some(Duration::from_secs(60)))).await;
     let body = br#"{"job":"urn:babel:orders:created","attempts":0}"#;
     f.transport
         .publish(&f.queue, Bytes::from_static(body), &[])
         .await
         .unwrap();
+    let taken = f.reserve().await;
+    let (member, _) = f.deadlines().await.remove(0);
+    // As if the deadline were about to lapse.
+    let key = f.transport.deadlines_key(&f.queue);
+    let _: i64 = f.raw.zadd(&key, &member, 0).await.unwrap();
 
-    let killed = RedisTransport::connect(&url, options()).await.unwrap();
-    let taken = killed
-        .reserve(&f.queue, UPPER_BOUND)
+    assert!(
+        f.transport
+            .extend_reservation(&taken.receipt)
+            .await
+            .unwrap()
+    );
+    let (extended, score) = f.deadlines().await.remove(0);
+    assert_eq!(extended, member, "the same member, rescored");
+    assert!(score >= now() + 59.0, "a full deadline from now: {score}");
+
+    f.transport.ack(&taken.receipt).await.unwrap();
+    assert!(
+        !f.transport
+            .extend_reservation(&taken.receipt)
+            .await
+            .unwrap(),
+        "a settled reservation is not held"
+    );
+    assert!(f.deadlines().await.is_empty(), "and is not brought back");
+}
+
+const KILLED_QUEUE_VAR: &str = "BABELQUEUE_REDIS_KILLED_QUEUE";
+const HANDLING: &str = "handling: ";
+/// The killed worker's reservation deadline: long enough to be extended while it lives.
+const KILLED_DEADLINE: Duration = Duration::from_secs(2);
+/// How long the child may take to start, connect and take the job: a second process of a test
+/// binary on a loaded machine.
+const CHILD_READY: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_worker_killed_mid_job_loses_nothing() {
+    let options = || RedisOptions::new().reservation_deadline(Some(KILLED_DEADLINE));
+    let mut f = fixture(options()).await;
+    let body = babelqueue::make(
+        "urn:babel:orders:created",
+        &serde_json::json!({"order": 7}),
+        babelqueue::MakeOptions::default().queue(&f.queue),
+    )
+    .unwrap()
+    .encode()
+    .unwrap();
+    f.transport
+        .publish(&f.queue, Bytes::from(body.clone()), &[])
         .await
-        .unwrap()
         .unwrap();
-    // Killed: its receipt gives nothing back, as no destructor runs.
-    std::mem::forget(taken);
-    drop(killed);
-    let processing = f.transport.processing_key(&f.queue);
-    assert_eq!(f.list(&processing).await, vec![body.to_vec()]);
 
-    // The survivor waits until the deadline lapses and its sweep brings the job back.
+    // A worker process whose handler is running, extending its reservation, when it is killed.
+    let (mut child, _) = polyq_testkit::child::spawn(
+        "child_worker_mid_job",
+        &[(KILLED_QUEUE_VAR, f.queue.as_str())],
+        HANDLING,
+        CHILD_READY,
+    )
+    .await;
+    polyq_testkit::child::kill_9(&mut child).await;
+    let processing = f.transport.processing_key(&f.queue);
+    assert_eq!(
+        f.list(&processing).await,
+        vec![body.as_bytes().to_vec()],
+        "the killed worker's reservation is still held"
+    );
+
+    // Nobody extends it any more: the survivor's sweep brings the job back once it lapses.
     let recovered = f.reserve().await;
-    assert_eq!(recovered.body, &body[..]);
+    assert_eq!(
+        recovered.body,
+        body.as_bytes(),
+        "bytes and attempts unchanged"
+    );
     f.transport.ack(&recovered.receipt).await.unwrap();
     assert!(f.list(&processing).await.is_empty());
     assert!(f.deadlines().await.is_empty());
+}
+
+/// The killed process of `a_worker_killed_mid_job_loses_nothing`: a worker whose handler says it
+/// started, then never finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only as the child process of a_worker_killed_mid_job_loses_nothing"]
+async fn child_worker_mid_job() {
+    let queue = std::env::var(KILLED_QUEUE_VAR).expect("started by the kill test");
+    let transport = RedisTransport::connect(
+        &polyq_testkit::redis_url(),
+        RedisOptions::new().reservation_deadline(Some(KILLED_DEADLINE)),
+    )
+    .await
+    .unwrap();
+    babelqueue::BabelQueue::with_transport(transport, &queue)
+        .worker()
+        .handle(
+            "urn:babel:orders:created",
+            |job: babelqueue::worker::Job| {
+                println!("{HANDLING}{}", job.attempts());
+                std::future::pending::<Result<(), &str>>()
+            },
+        )
+        .consume(1, UPPER_BOUND)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -82,6 +82,45 @@ fn envelope(data: serde_json::Value) -> String {
 }
 
 #[tokio::test]
+async fn an_extension_moves_the_reserved_score_only_while_the_reservation_is_held() {
+    let mut f = fixture(RedisOptions::new().retry_after(Some(Duration::from_secs(60)))).await;
+    f.publish(envelope(json!({"n": 1}))).await;
+    let taken = f.reserve().await;
+    // As if the reservation were about to lapse.
+    let key = format!("{}:reserved", f.ready);
+    let member = taken.receipt.reserved().to_vec();
+    let _: i64 = f.raw.zadd(&key, &member, 0).await.unwrap();
+
+    assert!(
+        f.transport
+            .extend_reservation(&taken.receipt)
+            .await
+            .unwrap()
+    );
+    let reserved = f.zset(":reserved").await;
+    assert_eq!(reserved.len(), 1);
+    assert_eq!(reserved[0].0, member, "the same member, rescored");
+    assert!(
+        reserved[0].1 >= now() + 59.0,
+        "a full deadline from now: {}",
+        reserved[0].1
+    );
+
+    f.transport.ack(&taken.receipt).await.unwrap();
+    assert!(
+        !f.transport
+            .extend_reservation(&taken.receipt)
+            .await
+            .unwrap(),
+        "a settled reservation is not held"
+    );
+    assert!(
+        f.zset(":reserved").await.is_empty(),
+        "and is not brought back"
+    );
+}
+
+#[tokio::test]
 async fn push_notifies_and_the_reserve_hands_over_the_raw_job_in_fifo_order() {
     let mut f = fixture(RedisOptions::new()).await;
     let first = envelope(json!({"path": "a/b", "list": [], "big": 12345678901234567_u64}));

@@ -4,7 +4,7 @@ mod runtime_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use babelqueue::transport::AmqpTransport;
 use babelqueue::worker::{Backoff, Job, Shutdown, UnknownUrn};
@@ -352,20 +352,30 @@ async fn delayed_retry_goes_through_a_ttl_queue(broker: &'static TestBroker) {
     let holding = AmqpTransport::delay_queue_name(scene.name(), delay);
     assert_eq!(holding, scene.other("delay.300"));
     scene.queue.publish(URN, &json!({})).await.unwrap();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let seen = calls.clone();
+    let (called, mut calls) = mpsc::unbounded_channel();
+    let count = Arc::new(AtomicUsize::new(0));
     let report = scene
         .queue
         .worker()
         .backoff(Backoff::fixed(delay))
         .handle(URN, move |_job: Job| {
-            let call = seen.fetch_add(1, Ordering::SeqCst);
+            let _ = called.send(Instant::now());
+            let call = count.fetch_add(1, Ordering::SeqCst);
             async move { if call == 0 { Err("later") } else { Ok(()) } }
         })
         .consume(2, PATIENCE)
         .await
         .unwrap();
     assert_eq!((report.retried, report.succeeded), (1, 1), "{report:?}");
+    let failed = calls.recv().await.unwrap();
+    let again = calls.recv().await.unwrap();
+    // The retry was published after the first call and the broker expires it no sooner than
+    // its TTL after taking it (counted in whole milliseconds): a lower bound, whatever the load.
+    let waited = again - failed;
+    assert!(
+        waited >= delay - Duration::from_millis(1),
+        "the retry came back after {waited:?}, before its {delay:?} delay"
+    );
     let info = scene.client.inspect_queue(&holding).await.unwrap();
     assert_eq!(
         info.message_count, 0,

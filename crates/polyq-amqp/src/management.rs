@@ -293,6 +293,33 @@ impl Management {
         }
     }
 
+    /// The routing keys of the bindings from exchange `exchange` to queue `queue`, sorted;
+    /// empty when there is none, or when the exchange or the queue does not exist (AMQP 0-9-1
+    /// can check that they exist, not what binds them).
+    ///
+    /// # Errors
+    /// As [`queues`](Self::queues), but a vhost that does not exist reads as no binding.
+    pub async fn binding_keys(&self, exchange: &str, queue: &str) -> Result<Vec<String>> {
+        /// One binding of `GET /api/bindings/{vhost}/e/{exchange}/q/{queue}`.
+        #[derive(Deserialize)]
+        struct Bound {
+            routing_key: String,
+        }
+        let path = ["bindings", &self.vhost, "e", exchange, "q", queue];
+        match self
+            .get::<Vec<Bound>>(&path, None, "list the bindings of a queue")
+            .await
+        {
+            Ok(bound) => {
+                let mut keys: Vec<String> = bound.into_iter().map(|b| b.routing_key).collect();
+                keys.sort();
+                Ok(keys)
+            }
+            Err(ManagementError::NotFound { .. }) => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
     /// `GET` of the path `segments` under the API root, each segment escaped (a vhost `/`
     /// becomes `%2F`).
     async fn get<T: DeserializeOwned>(

@@ -18,7 +18,7 @@ pub mod redis_nodes;
 mod shared_fixtures;
 pub mod tls;
 
-pub use shared_fixtures::shared_fixtures;
+pub use shared_fixtures::assert_no_drift;
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;

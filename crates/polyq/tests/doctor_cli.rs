@@ -174,6 +174,33 @@ async fn malformed_below_one_and_unknown_reserved_headers_are_found_and_left_in_
 }
 
 #[tokio::test]
+async fn a_rung_route_without_its_binding_is_an_error() {
+    let url = polyq_testkit::amqp_url();
+    let client = client().await;
+    let queue = unique_name("doctor.route");
+    let declared = complete_acemq_topology(&client, &queue).await;
+    let _queues = DeleteQueues::new(&url, declared.iter());
+    client
+        .unbind_queue(&polyq_amqp::Binding::new(&queue, "acemq.retry", &queue))
+        .await
+        .unwrap();
+
+    let (findings, ok) = doctor(&url, &["--queue", &queue, "--policy", POLICY]);
+
+    let nowhere = of_rule(&findings, "acemq/rung-route-nowhere");
+    assert_eq!(nowhere.len(), 1, "{findings:?}");
+    assert_eq!(nowhere[0]["severity"], "error");
+    assert!(
+        nowhere[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("routing key {queue}"))
+    );
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert!(!ok, "an error gives exit status 1");
+}
+
+#[tokio::test]
 async fn missing_rungs_and_a_dead_letter_queue_that_is_not_there_are_errors() {
     let url = polyq_testkit::amqp_url();
     let client = client().await;

@@ -357,6 +357,19 @@ impl Transport for AnyTransport {
         with_binding!(self, |t| t.reservation_limit())
     }
 
+    fn reservation_holds_for(&self) -> Option<Duration> {
+        with_binding!(self, |t| t.reservation_holds_for())
+    }
+
+    async fn extend_reservation(&self, receipt: &AnyReceipt) -> Result<bool> {
+        with_receipt!(
+            self,
+            receipt,
+            |t, r| t.extend_reservation(r).await,
+            Err(foreign_receipt())
+        )
+    }
+
     fn health(&self) -> Option<Health> {
         with_binding!(self, |t| t.health())
     }

@@ -175,6 +175,30 @@ pub trait Transport: Send + Sync + 'static {
         None
     }
 
+    /// The least time a reservation, just taken or just extended, is sure to stay held before
+    /// the broker, or another SDK's sweeper, may hand the message out again: on Redis the
+    /// reservation deadline (`reservation_deadline`, `retry_after`) less the second its
+    /// whole-second score can lose. `None` where a reservation holds until settled or until the
+    /// connection that took it is gone (RabbitMQ, `memory://`), or where a deadline too short to
+    /// extend leaves no sure time (under 2 s on Redis). While a handler runs, the runtime extends
+    /// its reservation three times within it ([`Transport::extend_reservation`]). Default: `None`.
+    fn reservation_holds_for(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Pushes the deadline of a reservation one full deadline past now, in the structure the
+    /// other SDKs' sweepers read (the deadline set of the default Redis layout, `:reserved` of
+    /// the Laravel one), so a message whose handler still runs is not handed out twice. `false`
+    /// when the reservation is no longer held (it lapsed and was swept, or it was settled): it
+    /// is then not brought back. Default: `true`, nothing to extend.
+    fn extend_reservation(
+        &self,
+        receipt: &Self::Receipt,
+    ) -> impl Future<Output = crate::Result<bool>> + Send {
+        let _ = receipt;
+        std::future::ready(Ok(true))
+    }
+
     /// The state of the binding's connection, where it keeps one: the `memory://` and
     /// `amqp://` bindings report their client's [`Health`] (the embedded broker is up until its
     /// client is closed). `None` where the binding keeps no connection state: the Redis bindings

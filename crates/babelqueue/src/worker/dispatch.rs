@@ -2,6 +2,7 @@
 //! (poison check) → URN lookup (unknown-URN strategy) → interceptors and handler → ack, retry
 //! with `attempts+1`, or dead-letter with the `dead_letter` block.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,6 +143,7 @@ impl<T: Transport> Context<T> {
     ) -> (Outcome, JobResult) {
         let handled = tokio::select! {
             handled = run => handled,
+            never = self.keep_reserved(receipt, urn) => match never {},
             () = shutdown.stopping_now() => {
                 warn!(queue = %self.queue, urn, "stopping: releasing the message of an unfinished handler");
                 let outcome = self.release(receipt, Duration::ZERO, shutdown).await;
@@ -188,6 +190,37 @@ impl<T: Transport> Context<T> {
                     _ => AfterFailure::HandedBack,
                 };
                 (outcome, JobResult::Failed { error, next })
+            }
+        }
+    }
+
+    /// Extends the reservation of a running handler three times within the time it is sure to
+    /// hold, so the sweep of any SDK sharing the queue does not hand it to a second worker while
+    /// this one works (one failed extension is survived); only a worker that died stops
+    /// extending. Never finishes: it is dropped with the handler. Where reservations do not
+    /// lapse, it only waits.
+    async fn keep_reserved(&self, receipt: &T::Receipt, urn: &str) -> Infallible {
+        let Some(every) = self
+            .transport
+            .reservation_holds_for()
+            .map(|held| held / 3)
+            .filter(|every| !every.is_zero())
+        else {
+            return std::future::pending().await;
+        };
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match self.transport.extend_reservation(receipt).await {
+                Ok(true) => debug!(queue = %self.queue, urn, "reservation extended"),
+                Ok(false) => {
+                    warn!(queue = %self.queue, urn, "the reservation lapsed before its handler finished: the message may run a second time elsewhere, and settling it will find it gone");
+                    return std::future::pending().await;
+                }
+                Err(error) => {
+                    warn!(queue = %self.queue, urn, error = %polyq_amqp::error_chain(&error), "could not extend the reservation of a running handler; trying again");
+                }
             }
         }
     }

@@ -13,6 +13,7 @@ use babelqueue::doctor::{self as babel, QueueState};
 use babelqueue::projection::unframe;
 use babelqueue::transport::redis::{RedisOptions, RedisTransport};
 use clap::ValueEnum;
+use polyq_amqp::management::Management;
 use polyq_amqp::{Client, Error as AmqpError, MessageJson};
 
 use super::connect::TlsArgs;
@@ -109,7 +110,18 @@ async fn amqp_findings(
         doctor.queues.clone()
     };
     let client = connect(doctor).await?;
-    let found = amqp_queues(&client, doctor, &queues, policy).await;
+    // The bindings of the rungs' route: only RabbitMQ's management API can tell them.
+    let api = if estate::is_rabbitmq_url(&doctor.url) {
+        let tls = doctor.tls.options()?;
+        Some(estate::management_api(
+            &doctor.url,
+            &doctor.management,
+            &tls,
+        )?)
+    } else {
+        None
+    };
+    let found = amqp_queues(&client, api.as_ref(), doctor, &queues, policy).await;
     client.close().await.ok();
     found
 }
@@ -147,6 +159,7 @@ impl Doctor {
 
 async fn amqp_queues(
     client: &Client,
+    api: Option<&Management>,
     doctor: &Doctor,
     queues: &[String],
     policy: Option<&RetryPolicy>,
@@ -155,7 +168,7 @@ async fn amqp_queues(
     for queue in queues {
         match doctor.family {
             Family::Acemq => {
-                let estate = acemq_estate(client, queue, policy).await?;
+                let estate = acemq_estate(client, api, queue, policy).await?;
                 findings.extend(ace::check_queue(queue, policy, &estate));
                 if !estate.queues.contains(queue) {
                     continue;
@@ -212,10 +225,13 @@ fn exists(found: Result<(), AmqpError>) -> anyhow::Result<bool> {
     }
 }
 
-/// What the broker has of the objects `acemq::doctor::probes` names, and the source queue's
-/// type and dead-letter exchange as far as a redeclaration can tell them.
+/// What the broker has of the objects `acemq::doctor::probes` names, the source queue's type
+/// and dead-letter exchange as far as a redeclaration can tell them, and the bindings the probes
+/// name as RabbitMQ's management API lists them (left unknown where there is none, and with a
+/// note when it does not answer).
 async fn acemq_estate(
     client: &Client,
+    api: Option<&Management>,
     queue: &str,
     policy: Option<&RetryPolicy>,
 ) -> anyhow::Result<Estate> {
@@ -229,6 +245,22 @@ async fn acemq_estate(
     for name in probes.exchanges {
         if exists(client.inspect_exchange(&name).await)? {
             estate.exchanges.insert(name);
+        }
+    }
+    for (exchange, bound) in probes.bindings {
+        let Some(api) = api else { break };
+        if !(estate.exchanges.contains(&exchange) && estate.queues.contains(&bound)) {
+            continue;
+        }
+        match api.binding_keys(&exchange, &bound).await {
+            Ok(keys) => {
+                estate
+                    .bindings
+                    .insert((exchange, bound), keys.into_iter().collect());
+            }
+            Err(error) => eprintln!(
+                "note: the bindings from {exchange} to {bound} were not read, so its rungs' route                  was not judged: {error}"
+            ),
         }
     }
     if estate.queues.contains(queue)

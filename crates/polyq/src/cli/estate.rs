@@ -125,12 +125,7 @@ pub(crate) async fn survey(
             .await
             .with_context(|| format!("--url {broker}"))?
     } else if is_rabbitmq_url(url) {
-        let mut options = ManagementOptions::new().tls(tls.clone());
-        if let Some(management_url) = &management.url {
-            options = options.url(management_url);
-        }
-        let api = Management::new(url, options)?;
-        rabbitmq_queues(api.queues().await?)
+        rabbitmq_queues(management_api(url, management, tls)?.queues().await?)
     } else {
         anyhow::bail!(
             "--url {broker}: only RabbitMQ (amqp://, amqps://) and Redis (redis://, rediss://) \
@@ -138,6 +133,19 @@ pub(crate) async fn survey(
         );
     };
     Ok(Estate { broker, queues })
+}
+
+/// The management API of RabbitMQ broker `url`, where `management` says it answers.
+pub(crate) fn management_api(
+    url: &str,
+    management: &ManagementArgs,
+    tls: &TlsOptions,
+) -> anyhow::Result<Management> {
+    let mut options = ManagementOptions::new().tls(tls.clone());
+    if let Some(management_url) = &management.url {
+        options = options.url(management_url);
+    }
+    Ok(Management::new(url, options)?)
 }
 
 /// The queues of a vhost grouped by source: `Q.dlq`, `Q.parked` and the rungs go with `Q`.

@@ -33,7 +33,7 @@ pub use polyq_runtime::Shutdown;
 
 use crate::contract::codec::{Decode, Decoders};
 use crate::contract::retry::RetryPolicy;
-use crate::contract::topology::TopologyPlan;
+use crate::contract::topology::{self, TopologyPlan};
 use crate::error::RuntimeError;
 use crate::idempotency::{IdempotencyStore, KeyFn};
 use crate::runtime::connection::AceMq;
@@ -238,6 +238,7 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
             )
             .await?;
         }
+        verify_rung_route(&self.mq.shared.client, &self.queue, &self.policy).await?;
         let handler: BoxHandler<T> =
             Box::new(move |message| handler(message).map(IntoOutcome::into_outcome).boxed());
         let queue: Arc<str> = Arc::from(self.queue.as_str());
@@ -311,6 +312,52 @@ async fn declare(client: &polyq_amqp::Client, plan: &TopologyPlan) -> Result<(),
     }
     for binding in &plan.bindings {
         client.bind_queue(&binding.item).await?;
+    }
+    Ok(())
+}
+
+/// Checks, when a rung `policy` waits on exists, that what its dead-letter route passes exists
+/// too: the exchange `acemq.retry` and the source queue. The broker dead-letters without a
+/// confirm, so a rung whose route misses a part drops every retry that expires on it; a
+/// consumer does not start on one. (A rung that does not exist loses nothing: the retry is
+/// returned unroutable and republished by the consumer, counted as `acemq.retry.rung.missing`.)
+/// AMQP cannot tell a binding: the binding `queue` ← `acemq.retry` is the consumer's own
+/// declaration (replayed by the client after every recovery), and `polyq doctor` reads it from
+/// the management API.
+async fn verify_rung_route(
+    client: &polyq_amqp::Client,
+    queue: &str,
+    policy: &RetryPolicy,
+) -> Result<(), RuntimeError> {
+    let exists = |found: polyq_amqp::Result<()>| match found {
+        Ok(()) => Ok(true),
+        Err(polyq_amqp::Error::NotFound { .. }) => Ok(false),
+        Err(error) => Err(RuntimeError::Transport(error)),
+    };
+    let mut declared = None;
+    for rung in topology::rungs(queue, policy) {
+        if exists(client.inspect_queue(&rung.queue).await.map(drop))? {
+            declared = Some(rung.queue);
+            break;
+        }
+    }
+    let Some(rung) = declared else {
+        return Ok(());
+    };
+    let broken = |reason: String| RuntimeError::RungRouteBroken {
+        queue: queue.to_owned(),
+        reason,
+    };
+    if !exists(client.inspect_exchange(topology::RETRY_EXCHANGE).await)? {
+        return Err(broken(format!(
+            "the exchange {} that the rung {rung} dead-letters to does not exist",
+            topology::RETRY_EXCHANGE
+        )));
+    }
+    if !exists(client.inspect_queue(queue).await.map(drop))? {
+        return Err(broken(format!(
+            "the source queue that the rung {rung} dead-letters back to does not exist"
+        )));
     }
     Ok(())
 }

@@ -9,8 +9,8 @@ use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{
-    GiveBack, RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue,
-    release_on_drop, reserve_within, scripts,
+    GiveBack, RedisOptions, deadline_score, extend_member, glob_escape, move_in_one_script,
+    one_queue, release_on_drop, reserve_within, scripts, surely_held_for,
 };
 use crate::projection::{frame, unframe};
 use crate::transport::{Capabilities, Headers, Reserved, Transport, move_each_to_end};
@@ -619,6 +619,23 @@ impl Transport for RedisTransport {
             receipts,
             &settle,
             |receipt| GiveBack::settled(receipt.give_back.as_ref()),
+        )
+        .await
+    }
+
+    fn reservation_holds_for(&self) -> Option<Duration> {
+        surely_held_for(self.inner.options.reservation_deadline)
+    }
+
+    /// Rescores its member `<token>:<value>` in `<queue>:processing:deadlines`.
+    async fn extend_reservation(&self, receipt: &RedisReceipt) -> crate::Result<bool> {
+        let mut member = format!("{}:", receipt.token).into_bytes();
+        member.extend_from_slice(&receipt.stored);
+        extend_member(
+            &self.inner.connection,
+            self.deadlines_key(&receipt.queue),
+            &member,
+            self.inner.options.reservation_deadline,
         )
         .await
     }

@@ -8,8 +8,8 @@ use bytes::Bytes;
 
 use super::connection::{Connection, block_seconds, now_seconds};
 use super::{
-    GiveBack, RedisOptions, deadline_score, glob_escape, move_in_one_script, one_queue,
-    release_on_drop, reserve_within, scripts, whole_seconds_up,
+    GiveBack, RedisOptions, deadline_score, extend_member, glob_escape, move_in_one_script,
+    one_queue, release_on_drop, reserve_within, scripts, surely_held_for, whole_seconds_up,
 };
 use crate::transport::{Capabilities, Reserved, Transport, move_each_to_end};
 
@@ -441,6 +441,22 @@ impl Transport for LaravelTransport {
         self.hand_back(receipt, &receipt.queue, &receipt.job, delay, || {
             format!("release a reservation of {:?}", receipt.queue)
         })
+        .await
+    }
+
+    fn reservation_holds_for(&self) -> Option<Duration> {
+        surely_held_for(self.inner.options.retry_after)
+    }
+
+    /// Rescores its reserved member in `:reserved`, the reserved-until every Laravel, Python
+    /// and polyq pop migrates by.
+    async fn extend_reservation(&self, receipt: &LaravelReceipt) -> crate::Result<bool> {
+        extend_member(
+            &self.inner.connection,
+            format!("{}:reserved", self.key(&receipt.queue)),
+            &receipt.reserved,
+            self.inner.options.retry_after,
+        )
         .await
     }
 

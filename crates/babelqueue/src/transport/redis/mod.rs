@@ -515,6 +515,33 @@ fn deadline_score(now: i64, after: Option<Duration>) -> String {
     }
 }
 
+/// Runs the [`scripts::EXTEND`] script: `member` of the sorted set `set` gets the deadline
+/// `after` from now, while it is still there.
+async fn extend_member(
+    connection: &connection::Connection,
+    set: String,
+    member: &[u8],
+    after: Option<Duration>,
+) -> crate::Result<bool> {
+    let mut extend = scripts::Call::new(&scripts::EXTEND);
+    extend
+        .key(&set)
+        .arg(member)
+        .arg(deadline_score(connection::now_seconds(), after));
+    let extended: i64 = connection
+        .invoke(&extend, || format!("extend a reservation in {set:?}"))
+        .await?;
+    Ok(extended == 1)
+}
+
+/// How long a reservation scored `after` from now is sure to stay held: the score counts whole
+/// seconds from the floor of now, and a sweep lapses it once the floor of its own now reaches
+/// it, so up to a second is lost. `None` for no deadline, or one of a second or less.
+fn surely_held_for(after: Option<Duration>) -> Option<Duration> {
+    let seconds = u64::try_from(whole_seconds_up(after?)).unwrap_or(u64::MAX);
+    Some(Duration::from_secs(seconds.saturating_sub(1))).filter(|held| !held.is_zero())
+}
+
 fn whole_seconds_up(duration: Duration) -> i64 {
     let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
     i64::try_from(seconds).unwrap_or(i64::MAX)
@@ -624,6 +651,21 @@ mod tests {
             assert_eq!(custom.queue_of_key(&key), "jobs", "{key}");
         }
         assert_eq!(custom.queue_of_key("queues:jobs"), "queues:jobs");
+    }
+
+    #[test]
+    fn a_reservation_is_sure_to_hold_its_deadline_less_the_second_its_score_can_lose() {
+        let held = |millis| surely_held_for(Some(Duration::from_millis(millis)));
+        assert_eq!(held(90_000), Some(Duration::from_secs(89)));
+        assert_eq!(held(1_500), Some(Duration::from_secs(1)));
+        assert_eq!(held(2_000), Some(Duration::from_secs(1)));
+        assert_eq!(held(1_000), None, "a one-second deadline can lapse at once");
+        assert_eq!(held(0), None);
+        assert_eq!(
+            surely_held_for(None),
+            None,
+            "no deadline, nothing to extend"
+        );
     }
 
     #[test]

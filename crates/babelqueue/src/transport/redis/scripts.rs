@@ -122,6 +122,26 @@ return 1
     )
 });
 
+/// Both layouts, extension of a reservation whose handler still runs: gives its member a new
+/// deadline score, only while the member exists, so a reservation that was swept (or settled)
+/// is not brought back. The member is the default layout's `<token>:<value>` in the deadline
+/// set, or the Laravel layout's reserved member in `:reserved`: the structures every SDK's
+/// sweep and migration read.
+///
+/// KEYS: the set. ARGV: the member, its new score. Returns 1 when it extended, 0 when the
+/// reservation is no longer held.
+pub(super) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if not redis.call('zscore', KEYS[1], ARGV[1]) then
+    return 0
+end
+redis.call('zadd', KEYS[1], ARGV[2], ARGV[1])
+return 1
+",
+    )
+});
+
 /// Default layout, move to the end in bulk: [`SETTLE`] pushing to the tail of the queue, for
 /// many reservations of one queue in one round trip, in the order given.
 ///
