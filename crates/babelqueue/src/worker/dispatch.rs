@@ -94,9 +94,15 @@ impl<T: Transport> Context<T> {
                     .await;
             }
         };
-        let attempts = broker_attempts.map_or(envelope.attempts().unwrap_or(0), |broker| {
-            envelope.attempts().unwrap_or(0).max(broker)
-        });
+        let counted = envelope.attempts().unwrap_or(0);
+        let mut attempts = broker_attempts.map_or(counted, |broker| counted.max(broker));
+        if attempts < 0 {
+            // The Python SDK counts on from a negative counter, so from i64::MIN it would retry
+            // without end; counting from 0 keeps the retries bounded. A huge counter needs no
+            // care: it is past `max_attempts` at once and dead-lettered, as in Python.
+            warn!(queue = %self.queue, attempts, "negative attempts counter: counted from 0 so that retries stay bounded");
+            attempts = 0;
+        }
         envelope.set_attempts(attempts);
         let urn = envelope.urn().unwrap_or_default().to_owned();
 
