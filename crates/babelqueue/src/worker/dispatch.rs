@@ -214,7 +214,7 @@ impl<T: Transport> Context<T> {
         match self.settings.unknown_urn {
             UnknownUrn::Delete => {
                 warn!(queue = %self.queue, urn, "no handler: dropping the message (unknown-URN strategy delete)");
-                self.ack_dropped(receipt).await
+                self.ack_dropped(receipt, "unknown_urn").await
             }
             UnknownUrn::Release => {
                 debug!(queue = %self.queue, urn, "no handler: releasing the message (unknown-URN strategy release)");
@@ -269,7 +269,7 @@ impl<T: Transport> Context<T> {
         }
         if !self.settings.dead_letter {
             warn!(queue = %self.queue, attempts, error = %fault.failure.message, "attempts exhausted: dropping the message (dead-lettering off)");
-            return self.ack_dropped(receipt).await;
+            return self.ack_dropped(receipt, "attempts_exhausted").await;
         }
         warn!(queue = %self.queue, attempts, error = %fault.failure.message, "attempts exhausted: dead-lettering");
         let block = self.block(fault.reason, &envelope, &fault.failure);
@@ -358,7 +358,15 @@ impl<T: Transport> Context<T> {
         }
     }
 
-    async fn ack_dropped(&self, receipt: &T::Receipt) -> Outcome {
+    /// Acknowledges a message dropped on purpose, counted by
+    /// [`MESSAGES_DROPPED_TOTAL`](super::MESSAGES_DROPPED_TOTAL) with `reason`.
+    async fn ack_dropped(&self, receipt: &T::Receipt, reason: &'static str) -> Outcome {
+        metrics::counter!(
+            super::MESSAGES_DROPPED_TOTAL,
+            "queue" => self.queue.clone(),
+            "reason" => reason,
+        )
+        .increment(1);
         match self.transport.ack(receipt).await {
             Ok(()) => Outcome::Deleted,
             Err(error) => {
