@@ -176,3 +176,50 @@ polyq_testkit::both_brokers!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)] rabbitmq only;
     a_message_that_cannot_be_published_back_is_parked_as_it_came
 );
+
+/// RabbitMQ refuses a publish whose `user_id` is not the publishing connection's user, so a
+/// message another user sent with its `user_id` could not be retried or set aside by this
+/// connection if the property were carried: it is left out of every republish.
+async fn a_message_from_another_user_is_moved_without_its_user_id(env: &'static Env) {
+    let queue = env.queue("other-user").await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let consumer = env
+        .mq
+        .consumer::<u32>(queue.as_str())
+        .retry(RetryPolicy::fixed(2, Duration::from_millis(10)).unwrap())
+        .start(move |message: Message<u32>| {
+            let tx = tx.clone();
+            async move {
+                tx.send(message.envelope().attempt()).unwrap();
+                Err::<(), _>("failing")
+            }
+        })
+        .await
+        .unwrap();
+    let user = polyq_testkit::rabbitmq::TestUser::create("acemq-other");
+    let other = polyq_amqp::Client::connect(&user.url()).await.unwrap();
+    let mut properties = Properties::default().with_content_type("application/json");
+    properties.user_id = Some(user.name().to_owned());
+    other
+        .publish(OutgoingMessage::new("", queue.as_str(), properties, "7"))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    other.close().await.unwrap();
+    for attempt in 1..=2 {
+        let seen = tokio::time::timeout(LIMIT, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("attempt {attempt} never ran: the retry did not land"));
+        assert_eq!(seen, Some(attempt));
+    }
+    let dead = env.next_in(&format!("{queue}.dlq")).await;
+    assert_eq!(&dead.body[..], b"7");
+    assert_eq!(dead.properties.user_id, None);
+    assert!(consumer.drain(LIMIT).await.is_clean());
+}
+
+polyq_testkit::both_brokers!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)] rabbitmq only;
+    a_message_from_another_user_is_moved_without_its_user_id
+);

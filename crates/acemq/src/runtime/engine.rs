@@ -301,8 +301,11 @@ impl Engine {
     }
 
     /// Publishes to `queue` through the default exchange, mandatory, and waits for the
-    /// confirm.
-    async fn republish(&self, queue: &str, properties: Properties, body: Bytes) -> Republished {
+    /// confirm. The `user_id` property is left out: RabbitMQ refuses a publish whose `user_id`
+    /// is not the publishing connection's user, so a message another user sent with it could
+    /// never be moved by this connection.
+    async fn republish(&self, queue: &str, mut properties: Properties, body: Bytes) -> Republished {
+        properties.user_id = None;
         let message = OutgoingMessage::new("", queue, properties, body);
         match self
             .shared
@@ -333,7 +336,6 @@ fn as_it_came(received: &Properties, reason: &str) -> Properties {
         &mut properties.reply_to,
         &mut properties.message_id,
         &mut properties.kind,
-        &mut properties.user_id,
         &mut properties.app_id,
     ] {
         *text = text.as_deref().and_then(polyq_amqp::short_string_or_none);
