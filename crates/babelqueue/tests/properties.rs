@@ -356,7 +356,7 @@ proptest! {
                         let trimmed = text.trim_matches([' ', '\t', '\n', '\r']);
                         record["raw"].as_str() == Some(text)
                             || (trimmed.len() > 1
-                                && dead.starts_with(trimmed[..trimmed.len() - 1].as_bytes()))
+                                && dead.starts_with(&trimmed.as_bytes()[..trimmed.len() - 1]))
                     }
                 };
                 prop_assert!(kept, "poison record keeps the body: {}", String::from_utf8_lossy(&dead));
