@@ -256,6 +256,27 @@ impl RuntimeError {
         matches!(self, RuntimeError::RungRouteBroken { .. })
     }
 
+    /// Whether the message itself cannot be sent as it is ([`polyq_amqp::Error::is_invalid`]:
+    /// a property value over 255 bytes, an `expiration` that is no TTL): sending it again
+    /// fails the same way.
+    ///
+    /// ```
+    /// use acemq::RuntimeError;
+    ///
+    /// let error = RuntimeError::Transport(polyq_amqp::Error::Invalid {
+    ///     operation: "publish".into(),
+    ///     reason: "property `expiration` is `+1`".into(),
+    /// });
+    /// assert!(error.is_invalid() && !error.is_transient());
+    /// ```
+    pub fn is_invalid(&self) -> bool {
+        match self {
+            RuntimeError::Transport(error) => error.is_invalid(),
+            RuntimeError::Batch { first, .. } => first.is_invalid(),
+            _ => false,
+        }
+    }
+
     /// Whether the failure is the link to the broker ([`polyq_amqp::Error::is_connection`]).
     pub fn is_connection(&self) -> bool {
         match self {

@@ -1,6 +1,7 @@
 //! Property tests: write-then-read is the identity for any envelope, reading never panics on
-//! any header table, and carried itineraries of every shape (well formed, of wrong types,
-//! truncated) read as the Java reader reads them.
+//! any header table, carried itineraries of every shape (well formed, of wrong types,
+//! truncated) read as the Java reader reads them, and any delivery whose handler fails ends in
+//! `.dlq` or `.parked` with its original bytes, on `memory://`, within a bounded time.
 
 use acemq::{Envelope, Itinerary, RoutingSlip};
 use polyq_amqp::{FieldTable, FieldValue, Properties};
@@ -357,4 +358,145 @@ fn readable(itinerary: &Itinerary) -> (Vec<StopFields>, Vec<StopFields>) {
             .collect()
     };
     (fields(itinerary.steps()), fields(itinerary.done()))
+}
+
+/// A body of any bytes: empty, not UTF-8, long text, or JSON.
+fn body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(Vec::new()),
+        vec(any::<u8>(), 0..64),
+        ".{0,400}".prop_map(String::into_bytes),
+        json_value().prop_map(|value| serde_json::to_vec(&value).expect("JSON writes")),
+    ]
+}
+
+/// A header table as any producer may send it: every AMQP field type, reserved names with
+/// values of any type, text values longer than a short string holds, and often an
+/// `x-acemq-id` of that length (which `message-id` cannot mirror).
+fn delivered_headers() -> impl Strategy<Value = FieldTable> {
+    let value = prop_oneof![
+        4 => field_value(),
+        1 => long_text(),
+    ];
+    (
+        btree_map(header_name(), value, 0..12),
+        option::of(long_text()),
+    )
+        .prop_map(|(mut headers, long_id)| {
+            if let Some(id) = long_id {
+                headers.insert("x-acemq-id".to_owned(), id);
+            }
+            headers
+        })
+}
+
+fn long_text() -> impl Strategy<Value = FieldValue> {
+    (256..700_usize).prop_map(|n| FieldValue::from("v".repeat(n).as_str()))
+}
+
+fn content_type() -> impl Strategy<Value = Option<String>> {
+    option::of(
+        prop::sample::select(vec![
+            "application/json",
+            "application/vnd.a+json",
+            "text/plain",
+            "application/octet-stream",
+            "application/xml",
+        ])
+        .prop_map(str::to_owned),
+    )
+}
+
+/// Publishes one delivery to a consumer whose handler always fails, and answers the queue it
+/// ended in and its body.
+async fn fail_once_and_set_aside(
+    headers: FieldTable,
+    content_type: Option<String>,
+    body: Vec<u8>,
+) -> (String, bytes::Bytes) {
+    use acemq::retry::RetryPolicy;
+    use futures_util::StreamExt as _;
+    use polyq_amqp::{ConsumeOptions, OutgoingMessage, QueueSpec};
+
+    let limit = std::time::Duration::from_secs(20);
+    let mq = acemq::AceMq::connect(&format!(
+        "memory://{}",
+        polyq_testkit::unique_name("acemq-prop")
+    ))
+    .await
+    .expect("memory:// connects");
+    let queue = "orders";
+    mq.client()
+        .declare_queue(&QueueSpec::new(queue))
+        .await
+        .expect("declare");
+    let consumer = mq
+        .consumer::<Value>(queue)
+        .retry(RetryPolicy::fixed(3, std::time::Duration::from_millis(1)).expect("a policy"))
+        .start(|_| async { Err::<(), _>("always fails") })
+        .await
+        .expect("the consumer starts");
+    let properties = Properties {
+        content_type,
+        headers,
+        ..Properties::default()
+    };
+    mq.client()
+        .publish(OutgoingMessage::new("", queue, properties, body))
+        .await
+        .expect("published")
+        .await
+        .expect("confirmed");
+    let options = ConsumeOptions::default();
+    let mut dlq = mq
+        .client()
+        .consume("orders.dlq", &options)
+        .await
+        .expect("consume .dlq");
+    let mut parked = mq
+        .client()
+        .consume("orders.parked", &options)
+        .await
+        .expect("consume .parked");
+    let ended = tokio::time::timeout(limit, async {
+        tokio::select! {
+            Some(delivery) = dlq.next() => ("orders.dlq", delivery),
+            Some(delivery) = parked.next() => ("orders.parked", delivery),
+        }
+    })
+    .await
+    .expect("set aside within the limit");
+    let (target, delivery) = (ended.0.to_owned(), ended.1.expect("a delivery"));
+    assert!(consumer.drain(limit).await.is_clean());
+    assert_eq!(
+        mq.client()
+            .inspect_queue(queue)
+            .await
+            .expect("inspect")
+            .message_count,
+        0,
+        "nothing left behind in the source queue"
+    );
+    mq.close().await.expect("close");
+    (target, delivery.body)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn a_failing_delivery_ends_set_aside_with_its_bytes(
+        headers in delivered_headers(),
+        content_type in content_type(),
+        body in body(),
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (target, set_aside) =
+            runtime.block_on(fail_once_and_set_aside(headers, content_type, body.clone()));
+        prop_assert_eq!(&set_aside[..], &body[..], "set aside into {} with its bytes", target);
+    }
 }

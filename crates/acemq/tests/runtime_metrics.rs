@@ -415,6 +415,66 @@ async fn requests_are_counted_with_java_names(env: &'static Env) {
 }
 polyq_testkit::both_brokers!(requests_are_counted_with_java_names);
 
+/// A request with no reply address, and one whose reply queue is gone, are acknowledged
+/// unanswered on purpose: each is counted with its reason.
+async fn unanswerable_requests_are_counted_as_dropped(env: &'static Env) {
+    counters();
+    let queue = env.queue("metrics.rr.dropped").await;
+    let responder = respond(
+        &env.mq,
+        env.mq.consumer::<u32>(queue.as_str()),
+        |m: Message<u32>| async move { Ok::<_, std::convert::Infallible>(*m.payload()) },
+    )
+    .await
+    .unwrap();
+    let dropped = |reason| {
+        counter(
+            "polyq.acemq.messages.dropped.total",
+            &[("queue", queue.as_str()), ("reason", reason)],
+        )
+    };
+    let send = |reply_to: Option<&str>| {
+        let properties = polyq_amqp::Properties {
+            content_type: Some("application/json".to_owned()),
+            reply_to: reply_to.map(str::to_owned),
+            ..polyq_amqp::Properties::default()
+        };
+        polyq_amqp::OutgoingMessage::new("", queue.as_str(), properties, &b"1"[..])
+    };
+    env.client()
+        .publish(send(None))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    until_counted(
+        "polyq.acemq.messages.dropped.total",
+        &[("queue", queue.as_str()), ("reason", "no_reply_address")],
+        1,
+    )
+    .await;
+    let gone = polyq_testkit::unique_name("acemq.rt.metrics.rr.gone");
+    env.client()
+        .publish(send(Some(&gone)))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    until_counted(
+        "polyq.acemq.messages.dropped.total",
+        &[("queue", queue.as_str()), ("reason", "reply_queue_gone")],
+        1,
+    )
+    .await;
+    assert_eq!(
+        (dropped("no_reply_address"), dropped("reply_queue_gone")),
+        (1, 1)
+    );
+    assert!(responder.drain(LIMIT).await.is_clean());
+    assert_eq!(env.count(&queue).await, 0);
+}
+polyq_testkit::both_brokers!(unanswerable_requests_are_counted_as_dropped);
+
 async fn pipeline_runs_are_counted_with_java_names(env: &'static Env) {
     counters();
     let name = polyq_testkit::unique_name("acemq.metrics.pl");

@@ -84,6 +84,7 @@ pub struct RedriveOptions {
     dry_run: bool,
     filter: Option<Filter>,
     bypass: bool,
+    bypass_uncarried: bool,
     wait: Duration,
     window: usize,
 }
@@ -96,6 +97,7 @@ impl Default for RedriveOptions {
             dry_run: false,
             filter: None,
             bypass: false,
+            bypass_uncarried: false,
             wait: Duration::from_secs(1),
             window: DEFAULT_WINDOW,
         }
@@ -110,6 +112,7 @@ impl std::fmt::Debug for RedriveOptions {
             .field("dry_run", &self.dry_run)
             .field("filter", &self.filter.as_ref().map(|_| "<predicate>"))
             .field("bypass", &self.bypass)
+            .field("bypass_uncarried", &self.bypass_uncarried)
             .field("wait", &self.wait)
             .field("window", &self.window)
             .finish()
@@ -160,10 +163,20 @@ impl RedriveOptions {
         self.filter(select)
     }
 
-    /// Stamps `bq-replay-bypass: 1` on redriven messages where the binding carries headers, so
-    /// handlers can skip side effects ([`crate::worker::Job::is_replay`]); default `false`.
+    /// Stamps `bq-replay-bypass: 1` on redriven messages, so handlers can skip side effects
+    /// ([`crate::worker::Job::is_replay`]); default `false`. On a binding that carries no
+    /// headers (the Redis Laravel layout) the stamp cannot ride, so handlers would run their
+    /// side effects again: the redrive is refused before anything moves, unless
+    /// [`RedriveOptions::bypass_uncarried`] says to go on without it.
     pub fn bypass(mut self, bypass: bool) -> Self {
         self.bypass = bypass;
+        self
+    }
+
+    /// With [`RedriveOptions::bypass`], redrives on a binding that carries no headers anyway,
+    /// without the stamp (default `false`: such a redrive is refused).
+    pub fn bypass_uncarried(mut self, go_on: bool) -> Self {
+        self.bypass_uncarried = go_on;
         self
     }
 
@@ -270,6 +283,16 @@ pub async fn redrive<T: Transport>(
         return Err(Error::InvalidOption {
             option: "window",
             reason: "was 0; a redrive window must hold at least 1 message".to_owned(),
+        });
+    }
+    if options.bypass && !options.bypass_uncarried && !transport.capabilities().headers {
+        return Err(Error::InvalidOption {
+            option: "bypass",
+            reason: "this binding (the Redis Laravel layout) carries no headers, so \
+                     bq-replay-bypass would be dropped and handlers would run their side effects \
+                     again; redrive without the bypass, or allow redriving without the stamp \
+                     (`bypass_uncarried`, `--force-bypass` on the command line)"
+                .to_owned(),
         });
     }
     let depth = usize::try_from(transport.depth(dlq).await?).unwrap_or(usize::MAX);

@@ -202,6 +202,21 @@ impl Error {
         }
     }
 
+    /// Whether the argument itself cannot be sent (a short string over 255 bytes, an
+    /// `expiration` that is not a TTL): the same message fails the same way every time, so no
+    /// retry can cure it.
+    ///
+    /// ```
+    /// let error = polyq_amqp::Error::Invalid {
+    ///     operation: "publish".into(),
+    ///     reason: "property `message_id` is 300 bytes long".into(),
+    /// };
+    /// assert!(error.is_invalid() && !error.is_transient());
+    /// ```
+    pub fn is_invalid(&self) -> bool {
+        matches!(self, Error::Invalid { .. })
+    }
+
     /// Whether the broker might have enqueued the message although the publish failed (its
     /// confirm was lost with the channel or connection): publishing it again may duplicate it.
     pub fn may_have_been_published(&self) -> bool {

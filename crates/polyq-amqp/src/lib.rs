@@ -101,7 +101,7 @@ pub use error::{Error, Result, SourceError, error_chain};
 pub use health::Health;
 pub use message::{Delivery, OutgoingMessage, PublishOutcome, ReturnedMessage};
 pub use message_json::MessageJson;
-pub use properties::Properties;
+pub use properties::{Properties, SHORT_STRING_MAX, short_string_or_none};
 pub use redact::redact_url;
 pub use tls::TlsOptions;
 pub use topology::{Binding, ExchangeKind, ExchangeSpec, QueueInfo, QueueSpec};

@@ -9,6 +9,21 @@ use crate::value::FieldTable;
 /// the publishing channel.
 const MAX_EXPIRATION_MS: u64 = 315_360_000_000;
 
+/// The most bytes an AMQP short string holds: every text property, header name, exchange and
+/// queue name. A publish with a longer one fails with [`Error::Invalid`].
+pub const SHORT_STRING_MAX: usize = 255;
+
+/// `value` when it fits a short-string property, else `None`: for a projection that must leave
+/// out a value the property cannot hold rather than fail the publish.
+///
+/// ```
+/// assert_eq!(polyq_amqp::short_string_or_none("m-1"), Some("m-1".to_owned()));
+/// assert_eq!(polyq_amqp::short_string_or_none(&"x".repeat(256)), None);
+/// ```
+pub fn short_string_or_none(value: &str) -> Option<String> {
+    (value.len() <= SHORT_STRING_MAX).then(|| value.to_owned())
+}
+
 /// The AMQP 0-9-1 `basic` content properties of a message.
 ///
 /// An empty `headers` table is written as no headers at all.

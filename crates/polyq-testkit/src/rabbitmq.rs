@@ -111,6 +111,11 @@ impl TestUser {
         url.to_string()
     }
 
+    /// The user's name, as RabbitMQ checks the `user_id` property of its publishes against it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The password the user was created with.
     pub fn password(&self) -> &str {
         &self.password

@@ -446,3 +446,46 @@ fn bad_input_is_named_and_fails() {
     ]);
     assert!(error.contains(&missing), "{error}");
 }
+
+#[tokio::test]
+async fn publish_sends_the_payload_bytes_as_given() {
+    let url = polyq_testkit::amqp_url();
+    let queue = polyq_testkit::unique_name("polyq.cli.acemq.bytes");
+    let _queues = DeleteQueues::new(&url, [&queue]);
+    let client = Client::connect(&url).await.unwrap();
+    client.declare_queue(&QueueSpec::new(&queue)).await.unwrap();
+
+    let payload = r#"{"z":1, "a":2.50,"e":"\u00e9"}"#;
+    let published = run(&[
+        "acemq",
+        "publish",
+        "--url",
+        &url,
+        "--routing-key",
+        &queue,
+        "--data",
+        payload,
+    ]);
+    assert_eq!(published.len(), 1);
+    let delivery = client.get(&queue).await.unwrap().expect("the message");
+    delivery.ack().await.unwrap();
+    assert_eq!(
+        std::str::from_utf8(&delivery.body).unwrap(),
+        payload,
+        "key order, spacing, number spelling and escapes as given"
+    );
+
+    let refused = failure(&[
+        "acemq",
+        "publish",
+        "--url",
+        &url,
+        "--routing-key",
+        &queue,
+        "--data",
+        r#"{"z":1,"#,
+    ]);
+    assert!(refused.contains("--data: not JSON"), "{refused}");
+    assert_eq!(client.inspect_queue(&queue).await.unwrap().message_count, 0);
+    client.close().await.ok();
+}

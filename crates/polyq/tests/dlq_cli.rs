@@ -590,3 +590,40 @@ async fn a_large_selection_is_deleted_from_redis_default_layout() {
 async fn a_large_selection_is_deleted_from_redis_laravel_layout() {
     a_large_selection_is_deleted_from_redis("laravel", "queues:").await;
 }
+
+/// An imported message with a property value AMQP cannot hold is refused with an error that
+/// names the property and its length, before anything is published.
+#[tokio::test]
+async fn an_import_with_a_property_too_long_is_refused_naming_it() {
+    let url = polyq_testkit::amqp_url();
+    let queue = polyq_testkit::unique_name("polyq.dlq.long.dlq");
+    let _queues = DeleteQueues::new(&url, [&queue]);
+    let client = Client::connect(&url).await.unwrap();
+    client.declare_queue(&QueueSpec::new(&queue)).await.unwrap();
+    let file = std::env::temp_dir().join(format!("{queue}.jsonl"));
+    let line = json!({
+        "exchange": "",
+        "routing_key": queue,
+        "properties": {"message_id": "m".repeat(300), "content_type": "application/json"},
+        "headers": {"x-acemq-id": "m".repeat(300)},
+        "body": "{\"z\":1,\"a\":2.50}",
+    });
+    std::fs::write(&file, format!("{line}\n")).unwrap();
+    let path = file.to_str().unwrap();
+    let refused = common::failure(&[
+        "dlq", "import", "--url", &url, "--queue", &queue, "--from", path,
+    ]);
+    std::fs::remove_file(&file).ok();
+    assert!(
+        refused.contains(
+            "property `message_id` is 300 bytes long; AMQP short strings hold at most 255"
+        ),
+        "{refused}"
+    );
+    assert!(
+        !refused.contains(&"m".repeat(300)),
+        "the value is not printed: {refused}"
+    );
+    assert_eq!(client.inspect_queue(&queue).await.unwrap().message_count, 0);
+    client.close().await.unwrap();
+}

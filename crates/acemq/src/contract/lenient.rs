@@ -192,6 +192,8 @@ mod tests {
         assert_eq!(counter(Some(&FieldValue::I64(0)), 0), Some(0));
         assert_eq!(counter(Some(&FieldValue::I64(1 << 31)), 1), None);
         assert_eq!(counter(Some(&FieldValue::I64(-1)), 0), None);
+        assert_eq!(counter(Some(&FieldValue::I64(i64::MIN)), 1), None);
+        assert_eq!(counter(Some(&FieldValue::I64(i64::MAX)), 1), None);
         assert_eq!(counter(Some(&FieldValue::from("2")), 1), Some(2));
     }
 

@@ -76,10 +76,25 @@ impl Envelope {
 
     /// Writes the envelope into publish properties: the headers of
     /// [`Envelope::to_headers`] replace `properties.headers`, and `message-id` mirrors the id.
-    /// Content type and delivery mode are the publisher's and are left alone.
+    /// An id longer than the 255 bytes the property holds travels in `x-acemq-id` alone, the
+    /// property left out, so that a message another port sent with such an id can still be
+    /// retried and set aside. Content type and delivery mode are the publisher's and are left
+    /// alone.
+    ///
+    /// ```
+    /// use acemq::Envelope;
+    /// use polyq_amqp::{FieldValue, Properties};
+    ///
+    /// let long = "i".repeat(300);
+    /// let mut properties = Properties::default();
+    /// Envelope::of("order.placed").id(long.as_str()).build()?.write_properties(&mut properties);
+    /// assert_eq!(properties.message_id, None);
+    /// assert_eq!(properties.headers["x-acemq-id"], FieldValue::from(long.as_str()));
+    /// # Ok::<(), acemq::Error>(())
+    /// ```
     pub fn write_properties(&self, properties: &mut Properties) {
         properties.headers = self.to_headers();
-        properties.message_id = Some(self.id().to_owned());
+        properties.message_id = polyq_amqp::short_string_or_none(self.id());
     }
 
     /// Reads the envelope a handler sees from a delivery's properties and routing key, with

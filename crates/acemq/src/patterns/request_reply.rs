@@ -57,7 +57,7 @@ use crate::contract::{headers, lenient, wire};
 use crate::runtime::consumer::{
     Consumer, ConsumerBuilder, DrainReport, HandlerError, Message, Outcome,
 };
-use crate::runtime::telemetry::{RequestMetrics, RequestResult};
+use crate::runtime::telemetry::{self, RequestMetrics, RequestResult};
 use crate::{AceMq, Envelope, RuntimeError};
 
 /// How long a request waits for its reply by default.
@@ -383,10 +383,12 @@ where
         .or_else(|| message.reply_to().map(str::to_owned));
     let Some(reply_to) = reply_to else {
         counts.unanswerable.fetch_add(1, Ordering::Relaxed);
+        telemetry::dropped(message.queue(), "no_reply_address");
         tracing::warn!(queue = %message.queue(), id = %message.envelope().id(), "request without a reply address acknowledged unanswered");
         return Outcome::Accept;
     };
     let request = message.envelope().clone();
+    let queue = message.queue().to_owned();
     let reply = request
         .causing(wire::type_for(&reply_to))
         .build_at(time::OffsetDateTime::now_utc());
@@ -401,7 +403,7 @@ where
                 .publisher::<R>("", reply_to.as_str())
                 .send_with(&answer, reply)
                 .await;
-            settle_reply(sent, &reply_to, Outcome::Accept)
+            settle_reply(sent, &queue, &reply_to, Outcome::Accept)
         }
         Err(error) => {
             let error: HandlerError = error.into();
@@ -418,7 +420,7 @@ where
                 }
                 Err(e) => Err(e.into()),
             };
-            settle_reply(sent, &reply_to, Outcome::Reject(error))
+            settle_reply(sent, &queue, &reply_to, Outcome::Reject(error))
         }
     }
 }
@@ -426,10 +428,16 @@ where
 /// A reply into a queue that is gone (its requester closed or expired) cannot be delivered to
 /// anyone: the request is settled as decided. A reply the broker did not take is retried, as
 /// the requester has not seen it.
-fn settle_reply(sent: Result<Envelope, RuntimeError>, reply_to: &str, decided: Outcome) -> Outcome {
+fn settle_reply(
+    sent: Result<Envelope, RuntimeError>,
+    queue: &str,
+    reply_to: &str,
+    decided: Outcome,
+) -> Outcome {
     match sent {
         Ok(_) => decided,
         Err(RuntimeError::Unroutable { .. }) => {
+            telemetry::dropped(queue, "reply_queue_gone");
             tracing::warn!(reply_to = %reply_to, "reply queue is gone; the reply was dropped");
             decided
         }

@@ -8,7 +8,9 @@
 //! published again after a backoff while the delivery is held, until it lands: never
 //! acknowledged into nothing, and never requeued, which would redeliver it at once in a loop
 //! and, on a quorum queue, spend its delivery limit. Only the drain deadline gives a held
-//! delivery back to the broker (`nack` with requeue).
+//! delivery back to the broker (`nack` with requeue). A republish refused for the message
+//! itself (a property value the broker cannot take) fails alike every time, so it is not tried
+//! again: the delivery is parked in `Q.parked` as it came, with the reason.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +49,21 @@ enum Republished {
     Routed,
     Unroutable,
     Failed(String),
+    /// Refused before it was sent: the message cannot be published as it is, ever.
+    Invalid(String),
+}
+
+impl Republished {
+    /// Why a republish into `target` that did not land missed.
+    fn missed(self, target: &str) -> String {
+        match self {
+            Republished::Routed => String::new(),
+            Republished::Unroutable => {
+                format!("no queue `{target}` took it: it is missing, or its node is down")
+            }
+            Republished::Failed(why) | Republished::Invalid(why) => why,
+        }
+    }
 }
 
 /// One consumer's engine.
@@ -109,14 +126,14 @@ impl Engine {
                     self.metrics.rung_missing(&rung);
                     delay = self.policy.jittered(wait.scheduled(), &mut rand::rng());
                 }
-                Republished::Failed(reason) => {
+                missed @ (Republished::Failed(_) | Republished::Invalid(_)) => {
                     return self
                         .land(
                             held,
                             &rung,
                             properties,
                             ConsumeResult::Retried,
-                            Some(reason),
+                            Some(missed),
                         )
                         .await;
                 }
@@ -227,9 +244,11 @@ impl Engine {
 
     /// Republishes the held delivery's body with `properties` into `target` until the broker
     /// routes and confirms it, then acknowledges the delivery and reports `result`. `missed`
-    /// is why a try already made did not land. Each miss is counted
+    /// is how a try already made did not land. Each miss is counted
     /// (`acemq.messages.set.aside.failed`) and followed by a backoff, the delivery held
-    /// meanwhile; the drain deadline gives it back to the broker instead.
+    /// meanwhile; the drain deadline gives it back to the broker instead. A refusal of the
+    /// message itself is not tried again: the delivery is parked as it came (see
+    /// [`as_it_came`]), counted `parked`.
     ///
     /// Held rather than given back without requeue, as Python does so that the source queue's
     /// own dead-letter arguments catch it: the consumer cannot tell whether the source queue
@@ -241,37 +260,52 @@ impl Engine {
         target: &str,
         properties: Properties,
         result: ConsumeResult,
-        mut missed: Option<String>,
+        mut missed: Option<Republished>,
     ) -> ConsumeResult {
+        let (mut target, mut properties, mut result) = (target.to_owned(), properties, result);
+        let mut parked_as_it_came = false;
         let mut backoff = MOVE_BACKOFF_FIRST;
         loop {
-            if let Some(reason) = missed.take() {
-                tracing::error!(queue = %self.queue, %target, %reason, retry_in = ?backoff, "could not move the message; holding it and trying again");
-                self.metrics.set_aside_failed(target);
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    () = self.abort.cancelled() => {
-                        return self.give_back(held, target, "drain deadline reached before the message could be moved").await;
-                    }
+            match missed.take() {
+                None => {}
+                Some(Republished::Invalid(why)) if !parked_as_it_came => {
+                    let reason = format!("could not be republished into `{target}`: {why}");
+                    tracing::error!(queue = %self.queue, %target, %reason, "the message cannot be republished as it is; parking it as it came");
+                    self.metrics.set_aside_failed(&target);
+                    properties = as_it_came(&held.properties, &reason);
+                    target = topology::parked_queue(&self.queue);
+                    result = ConsumeResult::Parked;
+                    parked_as_it_came = true;
                 }
-                backoff = (backoff * 2).min(MOVE_BACKOFF_MAX);
+                Some(miss) => {
+                    let reason = miss.missed(&target);
+                    tracing::error!(queue = %self.queue, %target, %reason, retry_in = ?backoff, "could not move the message; holding it and trying again");
+                    self.metrics.set_aside_failed(&target);
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = self.abort.cancelled() => {
+                            return self.give_back(held, &target, "drain deadline reached before the message could be moved").await;
+                        }
+                    }
+                    backoff = (backoff * 2).min(MOVE_BACKOFF_MAX);
+                }
             }
             missed = match self
-                .republish(target, properties.clone(), held.body.clone())
+                .republish(&target, properties.clone(), held.body.clone())
                 .await
             {
                 Republished::Routed => return self.settle(held, result).await,
-                Republished::Unroutable => Some(format!(
-                    "no queue `{target}` took it: it is missing, or its node is down"
-                )),
-                Republished::Failed(why) => Some(why),
+                miss => Some(miss),
             };
         }
     }
 
     /// Publishes to `queue` through the default exchange, mandatory, and waits for the
-    /// confirm.
-    async fn republish(&self, queue: &str, properties: Properties, body: Bytes) -> Republished {
+    /// confirm. The `user_id` property is left out: RabbitMQ refuses a publish whose `user_id`
+    /// is not the publishing connection's user, so a message another user sent with it could
+    /// never be moved by this connection.
+    async fn republish(&self, queue: &str, mut properties: Properties, body: Bytes) -> Republished {
+        properties.user_id = None;
         let message = OutgoingMessage::new("", queue, properties, body);
         match self
             .shared
@@ -281,7 +315,33 @@ impl Engine {
             Ok(PublishOutcome::Acked) => Republished::Routed,
             Ok(PublishOutcome::Returned(_)) => Republished::Unroutable,
             Ok(PublishOutcome::Nacked) => Republished::Failed("the broker refused it".to_owned()),
+            Err(error) if error.is_invalid() => Republished::Invalid(error.to_string()),
             Err(error) => Republished::Failed(polyq_amqp::error_chain(&error)),
         }
     }
+}
+
+/// The properties of a delivery parked because it cannot be republished as the engine would
+/// write it: as it came, with `x-acemq-error = reason`, less what a publish could be refused
+/// for. An `expiration` is left out (a parked message must not expire, and the broker reads
+/// some spellings it refuses on a publish); a text property over 255 bytes (which a delivery
+/// never carries) is left out too.
+fn as_it_came(received: &Properties, reason: &str) -> Properties {
+    let mut properties = received.clone();
+    properties.expiration = None;
+    for text in [
+        &mut properties.content_type,
+        &mut properties.content_encoding,
+        &mut properties.correlation_id,
+        &mut properties.reply_to,
+        &mut properties.message_id,
+        &mut properties.kind,
+        &mut properties.app_id,
+    ] {
+        *text = text.as_deref().and_then(polyq_amqp::short_string_or_none);
+    }
+    properties
+        .headers
+        .insert(headers::ERROR.to_owned(), FieldValue::from(reason));
+    properties
 }

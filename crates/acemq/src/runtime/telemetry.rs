@@ -44,12 +44,16 @@ pub const CONSUME_IN_FLIGHT: &str = "acemq.consume.in.flight";
 pub const MESSAGES_RETRIED_TOTAL: &str = "acemq.messages.retried.total";
 /// Messages set aside, by outcome `dead_lettered` (into `.dlq`) or `parked` (into `.parked`).
 pub const MESSAGES_DEAD_LETTERED_TOTAL: &str = "acemq.messages.dead.lettered.total";
-/// Set-asides (or retry republishes) that did not land and will be tried again, one per miss,
-/// by `queue` and `target`.
+/// Set-asides (or retry republishes) that did not land, one per miss, by `queue` and `target`:
+/// tried again, or parked as it came when the broker cannot take the message as it is.
 pub const MESSAGES_SET_ASIDE_FAILED: &str = "acemq.messages.set.aside.failed";
 /// Broker waits that found no rung queue and fell back to a consumer wait, by `queue` and
 /// `rung`.
 pub const RETRY_RUNG_MISSING: &str = "acemq.retry.rung.missing";
+/// Messages acknowledged without being handled, set aside or answered, on purpose, by `queue`
+/// and `reason`: `no_reply_address` (a request nobody can be answered), `reply_queue_gone` (the
+/// requester's reply queue is gone, so the reply was not delivered).
+pub const MESSAGES_DROPPED_TOTAL: &str = "polyq.acemq.messages.dropped.total";
 /// Time from sending a request to its reply or its timeout, by outcome.
 pub const REQUEST_DURATION: &str = "acemq.request.duration";
 /// Requests, by outcome `answered` (a reply came, an error reply too) or `timed_out`.
@@ -478,4 +482,10 @@ pub mod prometheus {
     pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
         metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
     }
+}
+
+/// A message of `queue` dropped on purpose for `reason` (see [`MESSAGES_DROPPED_TOTAL`]); rare,
+/// so registered on use.
+pub(crate) fn dropped(queue: &str, reason: &'static str) {
+    counter!(MESSAGES_DROPPED_TOTAL, "queue" => queue.to_owned(), "reason" => reason).increment(1);
 }

@@ -1,7 +1,7 @@
 //! RabbitMQ, and the embedded broker the same transport serves: the properties and native-typed
 //! headers of a publish, and the consume-side reconciliation of `attempts` with `x-attempts`.
 
-use polyq_amqp::{FieldValue, Properties};
+use polyq_amqp::{FieldValue, Properties, short_string_or_none};
 
 use super::{APP_ID, CONTENT_TYPE};
 use crate::codec::envelope::Envelope;
@@ -9,7 +9,9 @@ use crate::codec::envelope::Envelope;
 /// The AMQP 0-9-1 properties and headers of a RabbitMQ publish: `type` = URN, `correlation_id` =
 /// `trace_id`, `message_id` = `meta.id`, `app_id` `babelqueue`, `application/json`, `utf-8`,
 /// persistent, and native-typed headers `x-schema-version`, `x-source-lang`, `x-attempts`.
-/// Out-of-band headers (`traceparent`, `bq-replay-bypass`, …) are merged first, so contract keys
+/// A URN, `trace_id` or `meta.id` over the 255 bytes an AMQP property holds is left out of its
+/// property (the body carries it as it came), so that such a job can still be published,
+/// retried and dead-lettered. Out-of-band headers (`traceparent`, `bq-replay-bypass`, …) are merged first, so contract keys
 /// win a collision; blank names and values are dropped. Missing sources are omitted.
 ///
 /// ```
@@ -28,10 +30,10 @@ pub fn rabbitmq_properties(envelope: &Envelope, out_of_band: &[(&str, &str)]) ->
         .persistent();
     props.content_encoding = Some("utf-8".to_owned());
     props.app_id = Some(APP_ID.to_owned());
-    props.kind = envelope.urn().map(str::to_owned);
-    props.correlation_id = envelope.trace_id().map(str::to_owned);
+    props.kind = envelope.urn().and_then(short_string_or_none);
+    props.correlation_id = envelope.trace_id().and_then(short_string_or_none);
     let meta = envelope.meta();
-    props.message_id = meta.and_then(|m| m.id()).map(str::to_owned);
+    props.message_id = meta.and_then(|m| m.id()).and_then(short_string_or_none);
     for (name, value) in out_of_band {
         if !name.is_empty() && !value.is_empty() {
             props
@@ -107,5 +109,24 @@ mod tests {
             (Some("i"), Some("t"))
         );
         assert_eq!(props.timestamp, None);
+    }
+
+    #[test]
+    fn values_over_255_bytes_are_left_out_of_their_properties() {
+        let fits = "f".repeat(255);
+        let long = "l".repeat(256);
+        for (value, projected) in [(&fits, Some(fits.as_str())), (&long, None)] {
+            let body = format!(
+                r#"{{"job":"urn:babel:a:{value}","trace_id":"{value}","data":{{}},"meta":{{"id":"{value}"}}}}"#
+            );
+            let envelope = crate::decode(body.as_bytes()).unwrap().envelope;
+            let props = rabbitmq_properties(&envelope, &[]);
+            assert_eq!(props.message_id.as_deref(), projected);
+            assert_eq!(props.correlation_id.as_deref(), projected);
+            assert_eq!(
+                props.kind.is_some(),
+                projected.is_some() && value.len() + "urn:babel:a:".len() <= 255
+            );
+        }
     }
 }

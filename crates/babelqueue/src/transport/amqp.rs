@@ -544,13 +544,6 @@ impl Transport for AmqpTransport {
         Ok(receipt.acker.ack().await?)
     }
 
-    /// The `x-schema-version` header: an integer of any width as its decimal text, a string as
-    /// it is; any other type as its debug form, which the gate rejects.
-    fn schema_version(&self, receipt: &AmqpReceipt) -> Option<String> {
-        let value = receipt.properties.headers.get("x-schema-version")?;
-        Some(header_text(value).unwrap_or_else(|| format!("{value:?}")))
-    }
-
     /// The prefetch window: the broker delivers no more until some are settled (0 is
     /// unbounded).
     fn reservation_limit(&self) -> Option<usize> {

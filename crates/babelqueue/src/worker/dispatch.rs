@@ -95,9 +95,15 @@ impl<T: Transport> Context<T> {
                     .await;
             }
         };
-        let attempts = broker_attempts.map_or(envelope.attempts().unwrap_or(0), |broker| {
-            envelope.attempts().unwrap_or(0).max(broker)
-        });
+        let counted = envelope.attempts().unwrap_or(0);
+        let mut attempts = broker_attempts.map_or(counted, |broker| counted.max(broker));
+        if attempts < 0 {
+            // The Python SDK counts on from a negative counter, so from i64::MIN it would retry
+            // without end; counting from 0 keeps the retries bounded. A huge counter needs no
+            // care: it is past `max_attempts` at once and dead-lettered, as in Python.
+            warn!(queue = %self.queue, attempts, "negative attempts counter: counted from 0 so that retries stay bounded");
+            attempts = 0;
+        }
         envelope.set_attempts(attempts);
         let urn = envelope.urn().unwrap_or_default().to_owned();
 
@@ -241,7 +247,7 @@ impl<T: Transport> Context<T> {
         match self.settings.unknown_urn {
             UnknownUrn::Delete => {
                 warn!(queue = %self.queue, urn, "no handler: dropping the message (unknown-URN strategy delete)");
-                self.ack_dropped(receipt).await
+                self.ack_dropped(receipt, "unknown_urn").await
             }
             UnknownUrn::Release => {
                 debug!(queue = %self.queue, urn, "no handler: releasing the message (unknown-URN strategy release)");
@@ -296,7 +302,7 @@ impl<T: Transport> Context<T> {
         }
         if !self.settings.dead_letter {
             warn!(queue = %self.queue, attempts, error = %fault.failure.message, "attempts exhausted: dropping the message (dead-lettering off)");
-            return self.ack_dropped(receipt).await;
+            return self.ack_dropped(receipt, "attempts_exhausted").await;
         }
         warn!(queue = %self.queue, attempts, error = %fault.failure.message, "attempts exhausted: dead-lettering");
         let block = self.block(fault.reason, &envelope, &fault.failure);
@@ -385,7 +391,15 @@ impl<T: Transport> Context<T> {
         }
     }
 
-    async fn ack_dropped(&self, receipt: &T::Receipt) -> Outcome {
+    /// Acknowledges a message dropped on purpose, counted by
+    /// [`MESSAGES_DROPPED_TOTAL`](super::MESSAGES_DROPPED_TOTAL) with `reason`.
+    async fn ack_dropped(&self, receipt: &T::Receipt, reason: &'static str) -> Outcome {
+        metrics::counter!(
+            super::MESSAGES_DROPPED_TOTAL,
+            "queue" => self.queue.clone(),
+            "reason" => reason,
+        )
+        .increment(1);
         match self.transport.ack(receipt).await {
             Ok(()) => Outcome::Deleted,
             Err(error) => {

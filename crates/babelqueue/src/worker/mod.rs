@@ -54,6 +54,12 @@ use dispatch::{Context, Outcome};
 use handler::Registry;
 use interceptor::Interceptors;
 
+/// Counter of messages a worker acknowledged and dropped on purpose, by `queue` and `reason`:
+/// `unknown_urn` (no handler, unknown-URN strategy `delete`) or `attempts_exhausted` (the last
+/// attempt failed with [`Worker::dead_letter`] off). Recorded through the `metrics` facade, so
+/// whatever recorder the application installed sees it.
+pub const MESSAGES_DROPPED_TOTAL: &str = "polyq.babelqueue.messages.dropped.total";
+
 /// What happens to a message whose URN has no handler (reference §4.3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -3,10 +3,8 @@
 //! refuses what RabbitMQ could not be sent, so code tested on it does not fail in production.
 
 use crate::error::{Error, Result};
-use crate::properties::Properties;
+use crate::properties::{Properties, SHORT_STRING_MAX};
 use crate::value::{FieldTable, FieldValue};
-
-const SHORT_STRING_MAX: usize = 255;
 
 /// Refuses a short string over 255 bytes, naming it. `what` is only written out on that error:
 /// a publish checks every property and header it carries.

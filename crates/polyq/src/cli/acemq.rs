@@ -18,6 +18,7 @@ use clap::Subcommand;
 use futures_util::StreamExt as _;
 use polyq_amqp::{ConsumeOptions, FieldValue, MessageJson};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// `polyq acemq` subcommands.
 #[derive(Debug, Subcommand)]
@@ -169,7 +170,9 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             count,
             resend,
         } => {
-            let payload: Value = payload.parse()?;
+            // Validated, then sent as given: key order, spacing and number spelling are the
+            // payload's own, which anything hashing or signing bodies depends on.
+            let payload: Box<RawValue> = payload.parse()?;
             let headers = headers
                 .iter()
                 .map(|h| name_value(h, "--header"))
@@ -179,8 +182,8 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let mq = broker
                 .acemq_with(acemq::AceMq::builder().resend_lost(resend.within()?))
                 .await?;
-            let publisher = mq.publisher::<Value>(exchange, routing_key);
-            let body = serde_json::to_vec(&payload)?;
+            let publisher = mq.publisher::<RawValue>(exchange, routing_key);
+            let body = payload.get().as_bytes();
             for _ in 0..count {
                 let mut builder = Envelope::of(message_type.as_str());
                 for (name, value) in &headers {
@@ -197,7 +200,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 let decoded = Inspection::of(
                     sent,
                     Some(acemq::codec::JSON_CONTENT_TYPE),
-                    &body,
+                    body,
                     OffsetDateTime::now_utc(),
                 )?;
                 println!("{}", serde_json::to_string(&decoded)?);

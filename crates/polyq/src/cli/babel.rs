@@ -114,9 +114,14 @@ pub(crate) enum Command {
         /// Report the plan and put everything back.
         #[arg(long)]
         dry_run: bool,
-        /// Stamp bq-replay-bypass: 1 so handlers can skip side effects.
+        /// Stamp bq-replay-bypass: 1 so handlers can skip side effects. Refused on the Redis
+        /// Laravel layout, which cannot carry it, unless --force-bypass.
         #[arg(long)]
         bypass: bool,
+        /// With --bypass on a layout that cannot carry the stamp (Redis Laravel), redrive anyway,
+        /// without it: handlers run their side effects again.
+        #[arg(long, requires = "bypass")]
+        force_bypass: bool,
         /// Jobs taken and published at once, before they are settled; also the AMQP prefetch
         /// window and how many one Redis reserve takes on the default layout (at most 1,000).
         #[arg(long, default_value_t = babelqueue::redrive::DEFAULT_WINDOW)]
@@ -304,12 +309,14 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             limit,
             dry_run,
             bypass,
+            force_bypass,
             window,
         } => {
             let mut options = RedriveOptions::new()
                 .limit(limit)
                 .dry_run(dry_run)
                 .bypass(bypass)
+                .bypass_uncarried(force_bypass)
                 .window(window);
             if let Some(to) = to {
                 options = options.to_queue(to);

@@ -9,7 +9,8 @@ use serde::de::DeserializeOwned;
 /// than an alias so that an error names the flag the command line used.
 #[derive(Debug, clap::Args)]
 pub(crate) struct PayloadArg {
-    /// The payload, JSON (a BabelQueue job keeps its key order and number spelling).
+    /// The payload, JSON: checked, then sent as given (key order, spacing inside it and number
+    /// spelling kept; spaces around it are not part of it).
     #[arg(
         long,
         value_name = "JSON",

@@ -37,8 +37,8 @@ use crate::transport::{Capabilities, Reserved, Transport, move_each_to_end};
 /// significant digits. They are ordinary JSON and decode as such.
 ///
 /// Out-of-band headers cannot ride here (Laravel's reserve must decode the job, so no frame can
-/// wrap it): they are dropped, as every SDK drops them on this layout; `trace_id` inside the
-/// envelope still travels. Retries and releases can be delayed, in whole seconds rounded up.
+/// wrap it): they are dropped, as every SDK drops them on this layout, with a warning the first
+/// time for each queue; `trace_id` inside the envelope still travels. Retries and releases can be delayed, in whole seconds rounded up.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -63,6 +63,8 @@ pub struct LaravelTransport {
 struct Inner {
     connection: Connection,
     options: RedisOptions,
+    /// The queues a publish already dropped headers for: warned once each.
+    headers_dropped: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// A reservation on the Laravel layout: the raw job and its member in `:reserved`.
@@ -134,6 +136,7 @@ impl LaravelTransport {
             inner: Arc::new(Inner {
                 connection,
                 options,
+                headers_dropped: std::sync::Mutex::default(),
             }),
         })
     }
@@ -370,10 +373,26 @@ impl Transport for LaravelTransport {
             .iter()
             .any(|(name, value)| !name.is_empty() && !value.is_empty())
         {
-            tracing::debug!(
-                queue,
-                "out-of-band headers cannot ride on the Laravel layout; dropped"
-            );
+            let first = self
+                .inner
+                .headers_dropped
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(queue.to_owned());
+            if first {
+                // Once per queue: a `traceparent` or `bq-replay-bypass` lost matters, and
+                // every publish of a traced producer would repeat it.
+                tracing::warn!(
+                    queue,
+                    "out-of-band headers (traceparent, bq-replay-bypass, ...) cannot ride on the \
+                     Laravel layout; dropped (said once per queue)"
+                );
+            } else {
+                tracing::debug!(
+                    queue,
+                    "out-of-band headers cannot ride on the Laravel layout; dropped"
+                );
+            }
         }
         let ready = self.key(queue);
         let operation = || format!("publish to {ready:?}");

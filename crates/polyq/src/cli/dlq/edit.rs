@@ -54,6 +54,7 @@ pub(crate) async fn replay_edited(
             )
             .for_replay(queue, now)
             .write_properties(&mut copy.properties);
+            checked_acemq_body(copy.properties.content_type.as_deref(), body)?;
             copy.body = body.as_bytes().to_vec().into();
             destination
         }
@@ -77,6 +78,22 @@ pub(crate) async fn replay_edited(
         .await?;
     remove_one(store, queue, &row.message).await?;
     Ok(destination)
+}
+
+/// An edited AceMQ body whose content type the JSON codec reads must be JSON, which is then
+/// sent as typed: the consumer would otherwise park the copy as undecodable.
+fn checked_acemq_body(content_type: Option<&str>, body: &str) -> anyhow::Result<()> {
+    use acemq::codec::{Decode, Json};
+    type Any = serde::de::IgnoredAny;
+    if Decode::<Any>::accepts(&Json, content_type) {
+        serde_json::from_str::<Any>(body).with_context(|| {
+            format!(
+                "the edited body is not JSON, which its content type `{}` says it is; correct it",
+                content_type.unwrap_or(acemq::codec::JSON_CONTENT_TYPE)
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// The edited BabelQueue envelope as a redrive publishes it, marked, and where it goes.
@@ -122,4 +139,26 @@ async fn remove_one(store: &Store, queue: &str, original: &MessageJson) -> anyho
         "the copy was published, but the original was no longer in {queue} to remove"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checked_acemq_body;
+
+    #[test]
+    fn an_edited_json_body_must_be_json_and_other_bodies_are_taken_as_typed() {
+        for content_type in [
+            None,
+            Some("application/json"),
+            Some("application/vnd.a+json"),
+        ] {
+            assert!(checked_acemq_body(content_type, r#"{"z":1,"a":2.50}"#).is_ok());
+            let error = checked_acemq_body(content_type, "{\"z\":").unwrap_err();
+            assert!(
+                format!("{error:#}").starts_with("the edited body is not JSON"),
+                "{error:#}"
+            );
+        }
+        assert!(checked_acemq_body(Some("text/plain"), "{\"z\":").is_ok());
+    }
 }
