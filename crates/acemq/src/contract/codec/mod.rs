@@ -170,7 +170,7 @@ impl<T: Serialize + ?Sized> Encode<T> for Json {
     fn encode(&self, payload: &T) -> Result<Bytes, CodecError> {
         serde_json::to_vec(payload)
             .map(Bytes::from)
-            .map_err(|e| CodecError(format!("JSON: {e}")))
+            .map_err(|e| CodecError::of("JSON", e))
     }
 }
 
@@ -180,7 +180,7 @@ impl<T: DeserializeOwned> Decode<T> for Json {
     }
 
     fn decode(&self, body: &Bytes) -> Result<T, CodecError> {
-        serde_json::from_slice(body).map_err(|e| CodecError(format!("invalid JSON: {e}")))
+        serde_json::from_slice(body).map_err(|e| CodecError::of("invalid JSON", e))
     }
 }
 
