@@ -38,10 +38,10 @@
 
 use std::time::Duration;
 
-use polyq_amqp::message_json::{body_from_json, body_to_json, headers_from_json, headers_to_json};
-use polyq_amqp::{FieldValue, MessageJson, Properties};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use polyq_amqp::message_json::{body_from_json, body_to_json, headers_from_json, headers_to_json};
+use polyq_amqp::{FieldValue, MessageJson, Properties};
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
@@ -425,7 +425,10 @@ fn decode_payload(
         Some(Format::Encrypted) => encrypted_note(body),
         _ => return Ok((body_to_json(body), None)),
     };
-    Ok((serde_json::json!({"base64": BASE64.encode(body)}), Some(note)))
+    Ok((
+        serde_json::json!({"base64": BASE64.encode(body)}),
+        Some(note),
+    ))
 }
 
 /// What a registered Avro body needs: the schema its framing names (a zero byte, then the
@@ -901,16 +904,22 @@ mod tests {
     #[test]
     fn every_format_is_shown_beside_what_reading_it_needs() {
         let shown = |ct: &str, body: &[u8]| {
-            let seen = Inspection::of(Envelope::of("t").build().unwrap(), Some(ct), body, NOW)
-                .unwrap();
-            (seen.payload().clone(), seen.payload_note().map(str::to_owned))
+            let seen =
+                Inspection::of(Envelope::of("t").build().unwrap(), Some(ct), body, NOW).unwrap();
+            (
+                seen.payload().clone(),
+                seen.payload_note().map(str::to_owned),
+            )
         };
         // Text formats as text, nothing missing.
         for (ct, body) in [
             ("application/yaml", "orderId: o-1\n"),
             ("text/x-yaml", "items:\n- widget\n"),
             ("application/toml", "orderId = \"o-1\"\n"),
-            ("text/xml; charset=utf-8", "<OrderPlaced><orderId>o-1</orderId></OrderPlaced>"),
+            (
+                "text/xml; charset=utf-8",
+                "<OrderPlaced><orderId>o-1</orderId></OrderPlaced>",
+            ),
         ] {
             assert_eq!(shown(ct, body.as_bytes()), (json!(body), None), "{ct}");
         }
@@ -932,7 +941,10 @@ mod tests {
              from the schema registry"
         );
         let (_, note) = shown("application/vnd.acemq.avro", b"\x01abc");
-        assert!(note.unwrap().starts_with("registered Avro without its framing"));
+        assert!(
+            note.unwrap()
+                .starts_with("registered Avro without its framing")
+        );
 
         let mut sealed = vec![0xAE, 0x01, 7];
         sealed.extend_from_slice(b"orders1");
@@ -947,7 +959,8 @@ mod tests {
         for bad in [&sealed[..sealed.len() - 4], &[0xAE, 0x02, 0][..], b"plain"] {
             let (_, note) = shown("application/vnd.acemq.encrypted", bad);
             assert!(
-                note.unwrap().starts_with("encrypted, but not in the AceMQ framing"),
+                note.unwrap()
+                    .starts_with("encrypted, but not in the AceMQ framing"),
                 "{bad:?}"
             );
         }

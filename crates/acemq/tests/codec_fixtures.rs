@@ -192,7 +192,10 @@ fn a_sample_of_an_unknown_format_fails_the_test() {
     let refused = std::panic::catch_unwind(|| check_of(&sample).map(|c| c.format));
     let message = refused.expect_err("an unknown format is not passed over");
     let message = message.downcast_ref::<String>().expect("a message");
-    assert!(message.contains("format `cbor` has no check here"), "{message}");
+    assert!(
+        message.contains("format `cbor` has no check here"),
+        "{message}"
+    );
 }
 
 fn python() -> String {

@@ -273,7 +273,13 @@ async fn a_message_page_shows_each_format_beside_what_reading_it_needs() {
     sealed.extend_from_slice(b"orders-1");
     sealed.extend_from_slice(&[7; 12 + 16 + 5]);
     rabbit
-        .dead_letter_as("m-enc", "boom", "acme", "application/vnd.acemq.encrypted", &sealed)
+        .dead_letter_as(
+            "m-enc",
+            "boom",
+            "acme",
+            "application/vnd.acemq.encrypted",
+            &sealed,
+        )
         .await;
     let console = console_for(&rabbit, &["--token", TOKEN]);
     let page = |pos: usize, id: &str| {

@@ -93,7 +93,10 @@ mod tests {
     fn the_first_decoder_that_accepts_reads() {
         let formats: Composite<String> = Composite::of(Json).with(Text);
         let body = Bytes::from_static(b"hello");
-        assert_eq!(formats.decode_for(Some("text/plain"), &body).unwrap(), "hello");
+        assert_eq!(
+            formats.decode_for(Some("text/plain"), &body).unwrap(),
+            "hello"
+        );
         assert!(
             formats
                 .decode_for(None, &body)
@@ -101,7 +104,13 @@ mod tests {
                 .0
                 .starts_with("invalid JSON")
         );
-        assert!(formats.decode(&body).unwrap_err().0.starts_with("invalid JSON"));
+        assert!(
+            formats
+                .decode(&body)
+                .unwrap_err()
+                .0
+                .starts_with("invalid JSON")
+        );
         assert!(formats.accepts(Some("text/plain; charset=utf-8")));
         assert!(!formats.accepts(Some("application/xml")));
         assert_eq!(

@@ -284,7 +284,10 @@ mod tests {
             ("application/x-protobuf", Some(Format::Protobuf)),
             ("application/protobuf", Some(Format::Protobuf)),
             ("application/vnd.google.protobuf", Some(Format::Protobuf)),
-            ("application/vnd.acme.order+protobuf", Some(Format::Protobuf)),
+            (
+                "application/vnd.acme.order+protobuf",
+                Some(Format::Protobuf),
+            ),
             ("avro/binary", Some(Format::Avro)),
             ("application/avro", Some(Format::Avro)),
             ("application/vnd.acme+avro", Some(Format::Avro)),
@@ -299,5 +302,32 @@ mod tests {
         }
         assert!(Format::Yaml.names(Some("text/yaml")));
         assert!(!Format::Yaml.names(None));
+    }
+
+    /// Whatever a body holds, the format decoders read it or say why: never a panic, which
+    /// would end the consumer's task instead of parking the message.
+    #[cfg(all(feature = "yaml", feature = "toml", feature = "xml"))]
+    mod any_bytes {
+        use proptest::prelude::*;
+        use serde_json::Value;
+
+        use super::super::{Toml, Xml, Yaml};
+        use super::*;
+
+        proptest! {
+            #[test]
+            fn text_formats_read_or_refuse_any_body(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+                let body = Bytes::from(body);
+                for decoded in [
+                    Decode::<Value>::decode(&Yaml, &body),
+                    Decode::<Value>::decode(&Toml, &body),
+                    Decode::<Value>::decode(&Xml::default(), &body),
+                ] {
+                    if let Err(error) = decoded {
+                        prop_assert!(error.0.starts_with("invalid "), "{}", error);
+                    }
+                }
+            }
+        }
     }
 }

@@ -101,7 +101,10 @@ mod tests {
     fn maps_take_the_root_they_are_given() {
         let order = BTreeMap::from([("orderId", "o-1")]);
         let body = Xml::with_root("OrderPlaced").encode(&order).unwrap();
-        assert_eq!(&body[..], b"<OrderPlaced><orderId>o-1</orderId></OrderPlaced>");
+        assert_eq!(
+            &body[..],
+            b"<OrderPlaced><orderId>o-1</orderId></OrderPlaced>"
+        );
         let error = Xml::default().encode(&order).unwrap_err().to_string();
         assert!(error.starts_with("XML: "), "{error}");
         let back: BTreeMap<String, String> = Xml::default().decode(&body).unwrap();
