@@ -37,7 +37,8 @@ use super::{CodecError, Decode, Encode, Format, XML_CONTENT_TYPE};
 ///     &b"<OrderPlaced><orderId>o-1</orderId><items>widget</items><items>gasket</items></OrderPlaced>"[..]
 /// );
 /// assert!(Decode::<OrderPlaced>::accepts(&Xml::default(), Some("text/xml")));
-/// assert_eq!(Xml::default().decode(&body)?, order);
+/// let back: OrderPlaced = Xml::default().decode(&body)?;
+/// assert_eq!(back, order);
 /// # Ok::<(), acemq::codec::CodecError>(())
 /// ```
 #[derive(Debug, Clone, Default)]
