@@ -104,6 +104,12 @@ for case in load("fixtures", "babelqueue", "conformance", "manifest.json")["case
     seed("message_json", f"babelqueue-{name}", json.dumps(
         {"routing_key": "orders", "headers": {"traceparent": "00-a"}, "body": canonical}))
 
+# AceMQ: the Java and Go bodies of the text codecs (codec-interop-fixtures.json).
+for sample in load("fixtures", "acemq", "codec-interop-fixtures.json")["samples"]:
+    if sample["format"] in ("yaml", "toml", "xml"):
+        seed("acemq_text_codecs", f"{sample['format']}-{sample['producer']}",
+             base64.b64decode(sample["body_base64"]))
+
 for target, files in seeds.items():
     os.makedirs(os.path.join(out, target), exist_ok=True)
     for name, content in files.items():

@@ -8,7 +8,9 @@
 //! these views, so a message reads the same everywhere.
 //!
 //! The rules are the contract's own: payloads are read as JSON when the [`Json`] codec accepts
-//! their content type, and counters, headers and routes are checked by [`EnvelopeBuilder`] and
+//! their content type, shown as text in the other text formats (YAML, TOML, XML, plain text),
+//! and as their raw bytes with a `payload_note` saying what is missing to read them in the
+//! binary ones ([`Format`]: Protobuf, Avro, registered Avro, encrypted); counters, headers and routes are checked by [`EnvelopeBuilder`] and
 //! [`RoutingSlip`]. This module only maps JSON to and from them. No I/O.
 //!
 //! ```
@@ -36,13 +38,15 @@
 
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use polyq_amqp::message_json::{body_from_json, body_to_json, headers_from_json, headers_to_json};
 use polyq_amqp::{FieldValue, MessageJson, Properties};
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
-use crate::codec::{Decode, JSON_CONTENT_TYPE, Json};
+use crate::codec::{Decode, Format, JSON_CONTENT_TYPE, Json};
 use crate::{Envelope, EnvelopeBuilder, Error, Itinerary, RoutingSlip, Stop, headers, provenance};
 use crate::{wire, wire::type_for};
 
@@ -67,6 +71,7 @@ const INPUT_FIELDS: &[&str] = &[
     "headers",
     "content_type",
     "payload",
+    "payload_note",
     "routing_key",
     "exchange",
 ];
@@ -75,8 +80,9 @@ const INPUT_FIELDS: &[&str] = &[
 ///
 /// `first_seen` is epoch milliseconds, `age_ms` the age at the inspection's "now",
 /// `replayed_at` RFC 3339, `headers` the application headers in the message JSON value forms,
-/// `payload` the decoded body; absent values are `null`.
-pub const FIELDS: &[&str] = INPUT_FIELDS.split_at(19).0;
+/// `payload` the decoded body, `payload_note` why the payload is shown as raw bytes (the schema,
+/// descriptor or key it needs); absent values are `null`.
+pub const FIELDS: &[&str] = INPUT_FIELDS.split_at(20).0;
 
 /// Why a message cannot be shown, or envelope fields cannot become a message.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +170,7 @@ pub struct Inspection {
     age: Duration,
     content_type: Option<String>,
     payload: Value,
+    payload_note: Option<String>,
 }
 
 impl Inspection {
@@ -188,8 +195,11 @@ impl Inspection {
     /// An envelope with the body it travels with.
     ///
     /// The body is parsed JSON when the [`Json`] codec reads its content type (an error when it
-    /// does not parse), parsed JSON or else text for a message without a content type, and
-    /// otherwise text, or `{"base64": ...}` when it is not UTF-8; an empty body is `null`.
+    /// does not parse), parsed JSON or else text for a message without a content type, the raw
+    /// bytes as `{"base64": ...}` with a [`payload_note`](Self::payload_note) for the binary
+    /// formats of [`Format`] (Protobuf, Avro, registered Avro, encrypted), and otherwise text
+    /// (YAML, TOML, XML, plain text), or `{"base64": ...}` when it is not UTF-8; an empty body is
+    /// `null`.
     pub fn of(
         envelope: Envelope,
         content_type: Option<&str>,
@@ -197,12 +207,14 @@ impl Inspection {
         now: OffsetDateTime,
     ) -> Result<Self, InspectError> {
         let itinerary = envelope.itinerary().map_err(InspectError::RoutingSlip)?;
+        let (payload, payload_note) = decode_payload(content_type, body)?;
         Ok(Self {
             age: envelope.age_at(now),
             envelope,
             itinerary,
             content_type: content_type.map(str::to_owned),
-            payload: decode_payload(content_type, body)?,
+            payload,
+            payload_note,
         })
     }
 
@@ -230,6 +242,13 @@ impl Inspection {
     pub fn payload(&self) -> &Value {
         &self.payload
     }
+
+    /// Why the payload is shown as its raw bytes: what reading it needs (a Protobuf
+    /// descriptor, an Avro schema, the schema registry's schema of a given id, the key of a
+    /// given id), or what is wrong with its framing; `None` when the payload is shown decoded.
+    pub fn payload_note(&self) -> Option<&str> {
+        self.payload_note.as_deref()
+    }
 }
 
 /// The written form of an [`Inspection`]; the field order is the output order.
@@ -255,6 +274,7 @@ struct Flat<'a> {
     headers: Value,
     content_type: Option<&'a str>,
     payload: &'a Value,
+    payload_note: Option<&'a str>,
 }
 
 impl Serialize for Inspection {
@@ -289,6 +309,7 @@ impl Serialize for Inspection {
             headers: headers_to_json(envelope.headers()),
             content_type: self.content_type.as_deref(),
             payload: &self.payload,
+            payload_note: self.payload_note.as_deref(),
         }
         .serialize(serializer)
     }
@@ -369,20 +390,80 @@ fn with_causes(error: &InspectError) -> String {
     text
 }
 
-/// The body as a handler would get it; see [`Inspection::of`].
-fn decode_payload(content_type: Option<&str>, body: &[u8]) -> Result<Value, InspectError> {
+/// The body as a handler would get it, with a note when it is shown as raw bytes; see
+/// [`Inspection::of`].
+fn decode_payload(
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<(Value, Option<String>), InspectError> {
     if body.is_empty() {
-        return Ok(Value::Null);
+        return Ok((Value::Null, None));
     }
-    match content_type {
-        Some(content_type) if is_json(content_type) => {
-            serde_json::from_slice(body).map_err(|source| InspectError::Body {
+    let Some(content_type) = content_type else {
+        return Ok((
+            serde_json::from_slice(body).unwrap_or_else(|_| body_to_json(body)),
+            None,
+        ));
+    };
+    let note = match Format::of(content_type) {
+        Some(Format::Json) => {
+            let payload = serde_json::from_slice(body).map_err(|source| InspectError::Body {
                 content_type: content_type.to_owned(),
                 source,
-            })
+            })?;
+            return Ok((payload, None));
         }
-        None => Ok(serde_json::from_slice(body).unwrap_or_else(|_| body_to_json(body))),
-        Some(_) => Ok(body_to_json(body)),
+        Some(Format::Protobuf) => {
+            "Protobuf: shown as raw bytes; reading it needs the message's descriptor (.proto)"
+                .to_owned()
+        }
+        Some(Format::Avro) => {
+            "Avro: shown as raw bytes; reading it needs the writer's schema".to_owned()
+        }
+        Some(Format::AvroRegistered) => registered_avro_note(body),
+        // A decrypted view, given the key, belongs here: the key id names the key to use.
+        Some(Format::Encrypted) => encrypted_note(body),
+        _ => return Ok((body_to_json(body), None)),
+    };
+    Ok((
+        serde_json::json!({"base64": BASE64.encode(body)}),
+        Some(note),
+    ))
+}
+
+/// What a registered Avro body needs: the schema its framing names (a zero byte, then the
+/// schema id, 4 bytes big-endian).
+fn registered_avro_note(body: &[u8]) -> String {
+    match body {
+        [0, a, b, c, d, ..] => format!(
+            "registered Avro, schema id {}: shown as raw bytes; reading it needs that schema \
+             from the schema registry",
+            u32::from_be_bytes([*a, *b, *c, *d])
+        ),
+        _ => "registered Avro without its framing (a zero byte, then a 4-byte schema id): \
+              shown as raw bytes"
+            .to_owned(),
+    }
+}
+
+/// What an encrypted body needs: the key its framing names (`0xAE 0x01`, the key id's length
+/// in one byte, the key id, a 12-byte nonce, then the ciphertext and its 16-byte tag).
+fn encrypted_note(body: &[u8]) -> String {
+    const NONCE: usize = 12;
+    const TAG: usize = 16;
+    let key_id = match body {
+        [0xAE, 0x01, len, rest @ ..] if rest.len() >= usize::from(*len) + NONCE + TAG => {
+            std::str::from_utf8(&rest[..usize::from(*len)]).ok()
+        }
+        _ => None,
+    };
+    match key_id {
+        Some(key_id) => format!(
+            "encrypted with key id `{key_id}`: shown as raw bytes; reading it needs that key"
+        ),
+        None => "encrypted, but not in the AceMQ framing (0xAE 0x01, key id length, key id, \
+                 12-byte nonce, ciphertext and tag): shown as raw bytes"
+            .to_owned(),
     }
 }
 
@@ -776,7 +857,7 @@ mod tests {
 
     #[test]
     fn payloads_follow_the_json_codecs_content_types() {
-        let body = |ct: Option<&str>, body: &[u8]| decode_payload(ct, body);
+        let body = |ct: Option<&str>, body: &[u8]| decode_payload(ct, body).map(|(p, _)| p);
         // Every content type the codec reads as JSON, parameters and aliases included.
         for json_type in [
             "application/json",
@@ -818,6 +899,85 @@ mod tests {
         )
         .unwrap();
         assert_eq!(&vendor.body[..], br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn every_format_is_shown_beside_what_reading_it_needs() {
+        let shown = |ct: &str, body: &[u8]| {
+            let seen =
+                Inspection::of(Envelope::of("t").build().unwrap(), Some(ct), body, NOW).unwrap();
+            (
+                seen.payload().clone(),
+                seen.payload_note().map(str::to_owned),
+            )
+        };
+        // Text formats as text, nothing missing.
+        for (ct, body) in [
+            ("application/yaml", "orderId: o-1\n"),
+            ("text/x-yaml", "items:\n- widget\n"),
+            ("application/toml", "orderId = \"o-1\"\n"),
+            (
+                "text/xml; charset=utf-8",
+                "<OrderPlaced><orderId>o-1</orderId></OrderPlaced>",
+            ),
+        ] {
+            assert_eq!(shown(ct, body.as_bytes()), (json!(body), None), "{ct}");
+        }
+        // Binary formats as their raw bytes, even where they happen to be UTF-8.
+        let (payload, note) = shown("application/x-protobuf", b"\n\x03o-1");
+        assert_eq!(payload, json!({"base64": "CgNvLTE="}));
+        assert!(note.unwrap().contains("needs the message's descriptor"));
+        let (payload, note) = shown("avro/binary", b"\x06o-1\xb4B\x08acme");
+        assert_eq!(payload, json!({"base64": "Bm8tMbRCCGFjbWU="}));
+        assert!(note.unwrap().contains("needs the writer's schema"));
+        let (payload, note) = shown(
+            "application/vnd.acemq.avro",
+            b"\x00\x00\x00\x01\x07\x06o-1\xb4B\x08acme",
+        );
+        assert_eq!(payload, json!({"base64": "AAAAAQcGby0xtEIIYWNtZQ=="}));
+        assert_eq!(
+            note.unwrap(),
+            "registered Avro, schema id 263: shown as raw bytes; reading it needs that schema \
+             from the schema registry"
+        );
+        let (_, note) = shown("application/vnd.acemq.avro", b"\x01abc");
+        assert!(
+            note.unwrap()
+                .starts_with("registered Avro without its framing")
+        );
+
+        let mut sealed = vec![0xAE, 0x01, 7];
+        sealed.extend_from_slice(b"orders1");
+        sealed.extend_from_slice(&[9; 12 + 16 + 3]);
+        let (payload, note) = shown("application/vnd.acemq.encrypted", &sealed);
+        assert_eq!(payload, json!({"base64": BASE64.encode(&sealed)}));
+        assert_eq!(
+            note.unwrap(),
+            "encrypted with key id `orders1`: shown as raw bytes; reading it needs that key"
+        );
+        // Too short for its nonce and tag, or another framing: said so.
+        for bad in [&sealed[..sealed.len() - 4], &[0xAE, 0x02, 0][..], b"plain"] {
+            let (_, note) = shown("application/vnd.acemq.encrypted", bad);
+            assert!(
+                note.unwrap()
+                    .starts_with("encrypted, but not in the AceMQ framing"),
+                "{bad:?}"
+            );
+        }
+
+        // The note is one of the fields, and encode takes it back (and ignores it).
+        let message = MessageJson::parse(
+            r#"{"properties": {"content_type": "application/x-protobuf"}, "body": {"base64": "CgNvLTE="}}"#,
+        )
+        .unwrap();
+        let written = serde_json::to_value(Inspection::of_message(&message, NOW).unwrap()).unwrap();
+        let mut keys: Vec<_> = written.as_object().unwrap().keys().cloned().collect();
+        let mut fields = FIELDS.to_vec();
+        keys.sort();
+        fields.sort_unstable();
+        assert_eq!(keys, fields);
+        let again = encode(&written, "o", NOW).unwrap();
+        assert_eq!(again.body, message.body);
     }
 
     #[test]

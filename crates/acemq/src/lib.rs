@@ -43,7 +43,9 @@
 //! - [`wire`]: the envelope to and from headers and `message-id` (methods on [`Envelope`]), and
 //!   the lenient readers behind it (`lenient.rs`) for what other ports write.
 //! - [`headers`]: the reserved and shared header names.
-//! - [`codec`]: body codecs chosen by content type.
+//! - [`codec`]: body codecs chosen by content type (`codec/`: a file per format, the
+//!   [`Composite`](codec::Composite) a consumer reads several formats with, and the one table
+//!   of content types, [`Format`](codec::Format)).
 //! - [`retry`]: policies, the schedule, jitter, broker waits, and the retry decision
 //!   ([`RetryPolicy::decide`](retry::RetryPolicy::decide): retry after a wait, or give up into
 //!   `Q.dlq`).
@@ -113,6 +115,9 @@
 //!   store (`idempotency::mysql`) and the transactional outbox (`outbox::MySqlOutbox`,
 //!   `OutboxRelay::builder_mysql`), their migrations in `migrations/mysql/`.
 //! - `redis`: the Redis idempotency store (`idempotency::redis`).
+//! - `yaml`, `toml`, `xml`: the codecs of those formats (`codec::Yaml`, `codec::Toml`,
+//!   `codec::Xml`), which a consumer reads alongside JSON through a
+//!   [`Composite`](codec::Composite).
 //! - `otel`: W3C `traceparent` / `tracestate` written on publish and adopted on consume, through
 //!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
 //! - `prometheus`: the metrics in the Prometheus text format

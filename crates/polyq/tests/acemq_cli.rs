@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::Output;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 mod common;
@@ -72,6 +74,7 @@ fn decode_prints_the_envelope_a_handler_sees() {
         "headers",
         "content_type",
         "payload",
+        "payload_note",
     ];
     let mut keys: Vec<&str> = decoded
         .as_object()
@@ -204,6 +207,7 @@ fn decode_of_encode_gives_back_the_fields() {
         "replay_count",
         "content_type",
         "payload",
+        "payload_note",
     ] {
         assert_eq!(decoded[key], input[key], "{key}");
     }
@@ -283,4 +287,82 @@ fn bad_input_names_the_field_and_fails() {
         let stderr = failure(args, input);
         assert!(stderr.contains(fragment), "{input}: {stderr}");
     }
+}
+
+/// The codec interop samples (Java and Go bodies of every format), as message JSON.
+fn codec_samples() -> Vec<(String, Value)> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/acemq/codec-interop-fixtures.json");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    file["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let message = json!({
+                "routing_key": "orders",
+                "properties": {"content_type": s["content_type"]},
+                "body": {"base64": s["body_base64"]},
+            });
+            (s["format"].as_str().unwrap().to_owned(), message)
+        })
+        .collect()
+}
+
+#[test]
+fn decode_shows_every_format_beside_what_reading_it_needs() {
+    let decode = |message: &Value| {
+        success(
+            &["acemq", "decode", "--now", "2026-01-02T03:05:05.678Z"],
+            &message.to_string(),
+        )
+    };
+    let mut formats = Vec::new();
+    for (format, message) in codec_samples() {
+        let decoded = decode(&message);
+        let raw = &message["body"]["base64"];
+        let note = decoded["payload_note"].as_str().unwrap_or_default();
+        match format.as_str() {
+            "yaml" | "toml" | "xml" => {
+                let text = decoded["payload"].as_str().expect("shown as text");
+                assert!(text.contains("Ana Söderström"), "{format}: {text}");
+                assert_eq!(decoded["payload_note"], Value::Null, "{format}");
+            }
+            "protobuf" => {
+                assert_eq!(decoded["payload"]["base64"], *raw);
+                assert!(note.contains("descriptor"), "{note}");
+            }
+            "avro" => {
+                assert_eq!(decoded["payload"]["base64"], *raw);
+                assert!(note.contains("writer's schema"), "{note}");
+            }
+            "avro-registered" => {
+                assert_eq!(decoded["payload"]["base64"], *raw);
+                assert!(note.starts_with("registered Avro, schema id 7:"), "{note}");
+            }
+            other => panic!("sample of format `{other}`: add how decode shows it"),
+        }
+        formats.push(format);
+    }
+    formats.sort();
+    formats.dedup();
+    assert_eq!(
+        formats,
+        ["avro", "avro-registered", "protobuf", "toml", "xml", "yaml"]
+    );
+
+    // An encrypted body: its key id, in clear in the framing, and the raw bytes.
+    let mut sealed = vec![0xAE, 0x01, 8];
+    sealed.extend_from_slice(b"orders-1");
+    sealed.extend_from_slice(&[7; 12 + 16 + 5]);
+    let encrypted = json!({
+        "properties": {"content_type": "application/vnd.acemq.encrypted"},
+        "body": {"base64": STANDARD.encode(&sealed)},
+    });
+    let decoded = decode(&encrypted);
+    assert_eq!(decoded["payload"]["base64"], encrypted["body"]["base64"]);
+    assert_eq!(
+        decoded["payload_note"],
+        "encrypted with key id `orders-1`: shown as raw bytes; reading it needs that key"
+    );
 }

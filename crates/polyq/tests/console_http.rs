@@ -263,6 +263,48 @@ async fn pages_show_markup_in_bodies_and_header_values_as_text() {
 }
 
 #[tokio::test]
+async fn a_message_page_shows_each_format_beside_what_reading_it_needs() {
+    let rabbit = Rabbit::new("formats").await;
+    let xml = "<OrderPlaced><orderId>o-1</orderId></OrderPlaced>";
+    rabbit
+        .dead_letter_as("m-xml", "boom", "acme", "application/xml", xml.as_bytes())
+        .await;
+    let mut sealed = vec![0xAE, 0x01, 8];
+    sealed.extend_from_slice(b"orders-1");
+    sealed.extend_from_slice(&[7; 12 + 16 + 5]);
+    rabbit
+        .dead_letter_as(
+            "m-enc",
+            "boom",
+            "acme",
+            "application/vnd.acemq.encrypted",
+            &sealed,
+        )
+        .await;
+    let console = console_for(&rabbit, &["--token", TOKEN]);
+    let page = |pos: usize, id: &str| {
+        let path = format!("/message?b=0&q={}&pos={pos}&id={id}", rabbit.dlq);
+        let url = console.url(&path);
+        async move {
+            let page = http().get(url).send().await.unwrap();
+            assert_eq!(page.status(), StatusCode::OK, "{path}");
+            page.text().await.unwrap()
+        }
+    };
+    let shown = page(0, "m-xml").await;
+    assert!(
+        shown.contains("&lt;OrderPlaced&gt;&lt;orderId&gt;o-1&lt;/orderId&gt;"),
+        "the XML as text: {shown}"
+    );
+    let shown = page(1, "m-enc").await;
+    assert!(shown.contains("payload_note"), "{shown}");
+    assert!(
+        shown.contains("encrypted with key id `orders-1`: shown as raw bytes"),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
 async fn metrics_show_depths_and_action_counters_and_health_answers() {
     let rabbit = Rabbit::new("metrics").await;
     for id in ["m-1", "m-2", "m-3"] {

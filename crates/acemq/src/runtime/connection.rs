@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 
 use std::future::Future;
 
-use crate::contract::codec::{Decode, Encode, Json};
+use crate::contract::codec::{Composite, Decode, Encode, Json};
 use crate::contract::provenance;
 use crate::error::RuntimeError;
 use crate::runtime::consumer::{Consumer, ConsumerBuilder, IntoOutcome, Message};
@@ -141,17 +141,19 @@ impl AceMq {
         &self,
         queue: impl Into<String>,
     ) -> ConsumerBuilder<T> {
-        ConsumerBuilder::new(self.clone(), queue.into(), Box::new(Json))
+        ConsumerBuilder::new(self.clone(), queue.into(), Composite::of(Json))
     }
 
     /// A consumer of `queue` reading bodies with `decoder`, for payloads that are not JSON
-    /// ([`Text`](crate::codec::Text), [`Raw`](crate::codec::Raw), or a codec of your own).
+    /// ([`Text`](crate::codec::Text), [`Raw`](crate::codec::Raw), a codec of your own) or in
+    /// several formats ([`Composite`]: the first decoder that accepts the message's content
+    /// type reads it; a content type none reads is parked in `Q.parked` with its bytes).
     pub fn consumer_with<T: Send + 'static>(
         &self,
         queue: impl Into<String>,
         decoder: impl Decode<T>,
     ) -> ConsumerBuilder<T> {
-        ConsumerBuilder::new(self.clone(), queue.into(), Box::new(decoder))
+        ConsumerBuilder::new(self.clone(), queue.into(), Composite::of(decoder))
     }
 
     /// Starts a consumer of `queue` decoding JSON into `T` with every default (no retries,

@@ -272,10 +272,23 @@ impl Rabbit {
     /// Puts an AceMQ message `id` on the dead-letter queue, failed with `error`, with
     /// `tenant` as an application header.
     pub async fn dead_letter(&self, id: &str, error: &str, tenant: &str, body: &str) {
+        self.dead_letter_as(id, error, tenant, "text/plain", body.as_bytes())
+            .await;
+    }
+
+    /// [`Rabbit::dead_letter`] with a body of `content_type`.
+    pub async fn dead_letter_as(
+        &self,
+        id: &str,
+        error: &str,
+        tenant: &str,
+        content_type: &str,
+        body: &[u8],
+    ) {
         let client = Client::connect(&self.url).await.unwrap();
         let mut properties = Properties {
             message_id: Some(id.to_owned()),
-            content_type: Some("text/plain".to_owned()),
+            content_type: Some(content_type.to_owned()),
             ..Properties::default()
         };
         for (name, value) in [
@@ -296,7 +309,7 @@ impl Rabbit {
                 "",
                 self.dlq.as_str(),
                 properties,
-                body.as_bytes().to_vec(),
+                body.to_vec(),
             ))
             .await
             .unwrap();

@@ -1,13 +1,33 @@
-//! Body codecs: JSON (the default, `application/json`), UTF-8 text and raw bytes.
+//! Body codecs: JSON (the default, `application/json`), UTF-8 text and raw bytes; YAML, TOML
+//! and XML behind the features of the same names.
 //!
-//! A publisher writes with one [`Encode`]; a consumer reads with the first of its [`Decode`]rs
-//! that accepts the message's content type, so a producer may change format without the
-//! consumer changing. A body no decoder accepts or can read is set aside into `Q.parked` with
-//! its original bytes.
+//! A publisher writes with one [`Encode`]; a consumer reads with a [`Composite`] of
+//! [`Decode`]rs, the first that accepts the message's content type, so a producer may change
+//! format without the consumer changing. A body no decoder accepts or can read is set aside
+//! into `Q.parked` with its original bytes.
+//!
+//! Which format a content type names is one table, [`Format::of`]: the codecs accept by it and
+//! the operator's view ([`inspect`](crate::inspect)) shows bodies by it.
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+mod composite;
+#[cfg(feature = "toml")]
+mod toml;
+#[cfg(feature = "xml")]
+mod xml;
+#[cfg(feature = "yaml")]
+mod yaml;
+
+pub use composite::Composite;
+#[cfg(feature = "toml")]
+pub use toml::Toml;
+#[cfg(feature = "xml")]
+pub use xml::Xml;
+#[cfg(feature = "yaml")]
+pub use yaml::Yaml;
 
 /// The content type the JSON codec writes.
 pub const JSON_CONTENT_TYPE: &str = "application/json";
@@ -15,11 +35,94 @@ pub const JSON_CONTENT_TYPE: &str = "application/json";
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 /// The content type the raw bytes codec writes.
 pub const BYTES_CONTENT_TYPE: &str = "application/octet-stream";
+/// The content type the YAML codec writes.
+pub const YAML_CONTENT_TYPE: &str = "application/yaml";
+/// The content type the TOML codec writes.
+pub const TOML_CONTENT_TYPE: &str = "application/toml";
+/// The content type the XML codec writes.
+pub const XML_CONTENT_TYPE: &str = "application/xml";
+
+/// The body formats of the AceMQ ports, as their content types name them.
+///
+/// [`Format::of`] is the reference's read table (case and parameters ignored): the codecs
+/// accept by it, and the operator's view tells by it how to show a body.
+///
+/// ```
+/// use acemq::codec::Format;
+///
+/// assert_eq!(Format::of("Text/X-YAML; charset=utf-8"), Some(Format::Yaml));
+/// assert_eq!(Format::of("application/vnd.acme+json"), Some(Format::Json));
+/// assert_eq!(Format::of("application/vnd.acemq.avro"), Some(Format::AvroRegistered));
+/// assert_eq!(Format::of("image/png"), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// `application/json*`, `text/json*`, `application/*+json`.
+    Json,
+    /// `text/plain*`.
+    Text,
+    /// `application/octet-stream`.
+    Bytes,
+    /// `application/yaml`, `application/x-yaml`, `text/yaml`, `text/x-yaml`.
+    Yaml,
+    /// `application/toml`, `text/toml`.
+    Toml,
+    /// `application/xml`, `text/xml`.
+    Xml,
+    /// `application/x-protobuf`, `application/protobuf`, `application/vnd.google.protobuf`,
+    /// `*+protobuf`.
+    Protobuf,
+    /// Avro with a fixed schema: `avro/binary`, `application/avro`, `*+avro`.
+    Avro,
+    /// Avro with a registered schema, `application/vnd.acemq.avro`: a zero byte, the schema id
+    /// (4 bytes, big-endian), then the Avro body.
+    AvroRegistered,
+    /// `application/vnd.acemq.encrypted`: AES-GCM with the key id in clear.
+    Encrypted,
+}
+
+impl Format {
+    /// The format a content type names, `None` for one no AceMQ codec reads.
+    pub fn of(content_type: &str) -> Option<Self> {
+        let essence = essence(content_type);
+        let essence = essence.as_str();
+        let (kind, subtype) = essence.split_once('/')?;
+        Some(match (kind, subtype) {
+            ("application", "yaml" | "x-yaml") | ("text", "yaml" | "x-yaml") => Self::Yaml,
+            ("application" | "text", "toml") => Self::Toml,
+            ("application" | "text", "xml") => Self::Xml,
+            ("application", "vnd.acemq.avro") => Self::AvroRegistered,
+            ("application", "vnd.acemq.encrypted") => Self::Encrypted,
+            ("application", "octet-stream") => Self::Bytes,
+            ("application", "x-protobuf" | "protobuf" | "vnd.google.protobuf") => Self::Protobuf,
+            ("avro", "binary") | ("application", "avro") => Self::Avro,
+            ("application", s) if s.starts_with("json") || s.ends_with("+json") => Self::Json,
+            ("text", s) if s.starts_with("json") => Self::Json,
+            ("text", s) if s.starts_with("plain") => Self::Text,
+            (_, s) if s.ends_with("+protobuf") => Self::Protobuf,
+            (_, s) if s.ends_with("+avro") => Self::Avro,
+            _ => return None,
+        })
+    }
+
+    /// Whether `content_type` names this format (`false` for a message without one).
+    pub fn names(self, content_type: Option<&str>) -> bool {
+        content_type.and_then(Self::of) == Some(self)
+    }
+}
 
 /// Why a body could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct CodecError(pub String);
+
+impl CodecError {
+    /// An error naming the format and what its parser found.
+    pub(crate) fn of(format: &str, source: impl std::fmt::Display) -> Self {
+        Self(format!("{format}: {source}"))
+    }
+}
 
 /// Turns a payload into a body.
 pub trait Encode<T: ?Sized>: Send + Sync + 'static {
@@ -35,6 +138,12 @@ pub trait Decode<T>: Send + Sync + 'static {
     fn accepts(&self, content_type: Option<&str>) -> bool;
     /// The payload in `body`.
     fn decode(&self, body: &Bytes) -> Result<T, CodecError>;
+    /// The payload in `body` of `content_type`. A codec of one format reads the body alone,
+    /// as [`decode`](Decode::decode) does; a [`Composite`] picks its decoder by the content type.
+    fn decode_for(&self, content_type: Option<&str>, body: &Bytes) -> Result<T, CodecError> {
+        let _ = content_type;
+        self.decode(body)
+    }
 }
 
 /// JSON through serde. Writes `application/json`; reads `application/json*`, `text/json*`,
@@ -61,23 +170,17 @@ impl<T: Serialize + ?Sized> Encode<T> for Json {
     fn encode(&self, payload: &T) -> Result<Bytes, CodecError> {
         serde_json::to_vec(payload)
             .map(Bytes::from)
-            .map_err(|e| CodecError(format!("JSON: {e}")))
+            .map_err(|e| CodecError::of("JSON", e))
     }
 }
 
 impl<T: DeserializeOwned> Decode<T> for Json {
     fn accepts(&self, content_type: Option<&str>) -> bool {
-        let Some(content_type) = content_type else {
-            return true;
-        };
-        let essence = essence(content_type);
-        essence.starts_with("application/json")
-            || essence.starts_with("text/json")
-            || (essence.starts_with("application/") && essence.ends_with("+json"))
+        content_type.is_none_or(|c| Format::of(c) == Some(Format::Json))
     }
 
     fn decode(&self, body: &Bytes) -> Result<T, CodecError> {
-        serde_json::from_slice(body).map_err(|e| CodecError(format!("invalid JSON: {e}")))
+        serde_json::from_slice(body).map_err(|e| CodecError::of("invalid JSON", e))
     }
 }
 
@@ -97,7 +200,7 @@ impl<T: AsRef<str> + ?Sized> Encode<T> for Text {
 
 impl Decode<String> for Text {
     fn accepts(&self, content_type: Option<&str>) -> bool {
-        content_type.is_some_and(|c| essence(c).starts_with("text/plain"))
+        Format::Text.names(content_type)
     }
 
     fn decode(&self, body: &Bytes) -> Result<String, CodecError> {
@@ -140,37 +243,6 @@ fn essence(content_type: &str) -> String {
         .to_ascii_lowercase()
 }
 
-/// The decoders of one consumer, tried in order by content type.
-pub(crate) struct Decoders<T> {
-    decoders: Vec<Box<dyn Decode<T>>>,
-}
-
-impl<T: 'static> Decoders<T> {
-    pub(crate) fn new(first: Box<dyn Decode<T>>) -> Self {
-        Self {
-            decoders: vec![first],
-        }
-    }
-
-    pub(crate) fn push(&mut self, decoder: Box<dyn Decode<T>>) {
-        self.decoders.push(decoder);
-    }
-
-    /// The payload, or why it cannot be read: the `x-acemq-error` text after
-    /// `could not be decoded: `.
-    pub(crate) fn decode(&self, content_type: Option<&str>, body: &Bytes) -> Result<T, String> {
-        let decoder = self
-            .decoders
-            .iter()
-            .find(|d| d.accepts(content_type))
-            .ok_or_else(|| match content_type {
-                Some(c) => format!("no codec reads content type `{c}`"),
-                None => "no codec reads a message without a content type".to_owned(),
-            })?;
-        decoder.decode(body).map_err(|e| e.0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,22 +265,69 @@ mod tests {
     }
 
     #[test]
-    fn decoders_pick_by_content_type_and_explain_misses() {
-        let mut decoders: Decoders<String> = Decoders::new(Box::new(Json));
-        decoders.push(Box::new(Text));
-        let body = Bytes::from_static(b"hello");
-        assert_eq!(decoders.decode(Some("text/plain"), &body).unwrap(), "hello");
-        assert!(
-            decoders
-                .decode(None, &body)
-                .unwrap_err()
-                .starts_with("invalid JSON")
-        );
-        assert_eq!(
-            decoders.decode(Some("application/xml"), &body).unwrap_err(),
-            "no codec reads content type `application/xml`"
-        );
-        let bad = Bytes::from_static(&[0xff]);
-        assert!(Text.decode(&bad).is_err());
+    fn formats_follow_the_reference_read_table() {
+        for (content_type, format) in [
+            ("application/json", Some(Format::Json)),
+            ("application/json; charset=utf-8", Some(Format::Json)),
+            ("text/json", Some(Format::Json)),
+            ("application/cloudevents+json", Some(Format::Json)),
+            ("text/plain; charset=utf-8", Some(Format::Text)),
+            ("application/octet-stream", Some(Format::Bytes)),
+            ("application/yaml", Some(Format::Yaml)),
+            ("application/x-yaml", Some(Format::Yaml)),
+            ("TEXT/YAML", Some(Format::Yaml)),
+            ("text/x-yaml; charset=utf-8", Some(Format::Yaml)),
+            ("application/toml", Some(Format::Toml)),
+            (" text/toml ", Some(Format::Toml)),
+            ("application/xml", Some(Format::Xml)),
+            ("text/xml; charset=UTF-8", Some(Format::Xml)),
+            ("application/x-protobuf", Some(Format::Protobuf)),
+            ("application/protobuf", Some(Format::Protobuf)),
+            ("application/vnd.google.protobuf", Some(Format::Protobuf)),
+            (
+                "application/vnd.acme.order+protobuf",
+                Some(Format::Protobuf),
+            ),
+            ("avro/binary", Some(Format::Avro)),
+            ("application/avro", Some(Format::Avro)),
+            ("application/vnd.acme+avro", Some(Format::Avro)),
+            ("application/vnd.acemq.avro", Some(Format::AvroRegistered)),
+            ("application/vnd.acemq.encrypted", Some(Format::Encrypted)),
+            ("application/yaml+xml", None),
+            ("text/html", None),
+            ("yaml", None),
+            ("", None),
+        ] {
+            assert_eq!(Format::of(content_type), format, "{content_type:?}");
+        }
+        assert!(Format::Yaml.names(Some("text/yaml")));
+        assert!(!Format::Yaml.names(None));
+    }
+
+    /// Whatever a body holds, the format decoders read it or say why: never a panic, which
+    /// would end the consumer's task instead of parking the message.
+    #[cfg(all(feature = "yaml", feature = "toml", feature = "xml"))]
+    mod any_bytes {
+        use proptest::prelude::*;
+        use serde_json::Value;
+
+        use super::super::{Toml, Xml, Yaml};
+        use super::*;
+
+        proptest! {
+            #[test]
+            fn text_formats_read_or_refuse_any_body(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+                let body = Bytes::from(body);
+                for decoded in [
+                    Decode::<Value>::decode(&Yaml, &body),
+                    Decode::<Value>::decode(&Toml, &body),
+                    Decode::<Value>::decode(&Xml::default(), &body),
+                ] {
+                    if let Err(error) = decoded {
+                        prop_assert!(error.0.starts_with("invalid "), "{}", error);
+                    }
+                }
+            }
+        }
     }
 }

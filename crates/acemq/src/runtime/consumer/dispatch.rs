@@ -16,7 +16,7 @@ use super::handler::{HandlerError, Message, Outcome};
 use super::idempotent::{Admission, Idempotency};
 use super::{BoxHandler, DrainReport};
 use crate::Envelope;
-use crate::contract::codec::Decoders;
+use crate::contract::codec::{Composite, Decode as _};
 use crate::error::RuntimeError;
 use crate::runtime::connection::AceMq;
 use crate::runtime::engine::{Engine, Held};
@@ -26,7 +26,7 @@ use crate::runtime::telemetry::{self, ConsumeResult};
 pub(super) struct Worker<T> {
     pub(super) mq: AceMq,
     pub(super) queue: Arc<str>,
-    pub(super) decoders: Decoders<T>,
+    pub(super) decoders: Composite<T>,
     pub(super) handler: BoxHandler<T>,
     pub(super) in_flight: Arc<AtomicUsize>,
     /// How to subscribe, on start and on each resume.
@@ -228,11 +228,11 @@ impl<T: Send + 'static> Worker<T> {
         };
         let payload = match self
             .decoders
-            .decode(held.properties.content_type.as_deref(), &held.body)
+            .decode_for(held.properties.content_type.as_deref(), &held.body)
         {
             Ok(payload) => payload,
             Err(reason) => {
-                let result = self.engine.park_undecodable(&held, &reason).await;
+                let result = self.engine.park_undecodable(&held, &reason.0).await;
                 metrics.finished(result, started.elapsed().as_secs_f64());
                 return Ended::after(result);
             }

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 pub use handler::{HandlerError, IntoOutcome, Message, Outcome};
 pub use polyq_runtime::Shutdown;
 
-use crate::contract::codec::{Decode, Decoders};
+use crate::contract::codec::{Composite, Decode};
 use crate::contract::retry::RetryPolicy;
 use crate::contract::topology::{self, TopologyPlan};
 use crate::error::RuntimeError;
@@ -94,7 +94,7 @@ pub struct ConsumerBuilder<T> {
     prefetch: u16,
     concurrency: usize,
     declare: bool,
-    decoders: Decoders<T>,
+    decoders: Composite<T>,
     idempotency: Option<Arc<dyn IdempotencyStore>>,
     idempotency_key: Option<KeyFn>,
 }
@@ -113,7 +113,7 @@ impl<T> std::fmt::Debug for ConsumerBuilder<T> {
 }
 
 impl<T: Send + 'static> ConsumerBuilder<T> {
-    pub(crate) fn new(mq: AceMq, queue: String, decoder: Box<dyn Decode<T>>) -> Self {
+    pub(crate) fn new(mq: AceMq, queue: String, decoders: Composite<T>) -> Self {
         Self {
             mq,
             queue,
@@ -121,7 +121,7 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
             prefetch: DEFAULT_PREFETCH,
             concurrency: 1,
             declare: true,
-            decoders: Decoders::new(decoder),
+            decoders,
             idempotency: None,
             idempotency_key: None,
         }
@@ -213,9 +213,10 @@ impl<T: Send + 'static> ConsumerBuilder<T> {
         self
     }
 
-    /// Adds a decoder, tried after the ones before it for the message's content type.
+    /// Adds a decoder, tried after the ones before it for the message's content type (see
+    /// [`Composite`]).
     pub fn decoder(mut self, decoder: impl Decode<T>) -> Self {
-        self.decoders.push(Box::new(decoder));
+        self.decoders = self.decoders.with(decoder);
         self
     }
 
