@@ -139,6 +139,8 @@ pub mod inspect;
 pub mod outbox;
 pub mod patterns;
 mod runtime;
+#[cfg(feature = "avro")]
+pub mod schema_registry;
 
 pub use contract::envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
 pub use contract::itinerary::{Itinerary, Stop};

@@ -1,13 +1,38 @@
-//! Body codecs: JSON (the default, `application/json`), UTF-8 text and raw bytes.
+//! Body codecs: JSON (the default, `application/json`), UTF-8 text and raw bytes; Protobuf
+//! (feature `protobuf`) and Avro, fixed-schema and registered (feature `avro`).
 //!
 //! A publisher writes with one [`Encode`]; a consumer reads with the first of its [`Decode`]rs
 //! that accepts the message's content type, so a producer may change format without the
 //! consumer changing. A body no decoder accepts or can read is set aside into `Q.parked` with
 //! its original bytes.
+//!
+//! The binary formats use the crates their communities maintain for them: `prost` (the Tokio
+//! project's Protobuf, whose derive macros give a message type without `protoc` at build time)
+//! and `apache-avro` (the Apache Avro project's own Rust library, with schema resolution and
+//! serde support).
+
+use std::future::Future;
+use std::pin::Pin;
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+#[cfg(feature = "avro")]
+mod avro;
+#[cfg(feature = "avro")]
+mod avro_registered;
+#[cfg(feature = "protobuf")]
+mod protobuf;
+
+#[cfg(feature = "avro")]
+pub use avro::{AVRO_CONTENT_TYPE, Avro};
+#[cfg(feature = "avro")]
+pub(crate) use avro_registered::unknown_schema;
+#[cfg(feature = "avro")]
+pub use avro_registered::{REGISTERED_AVRO_CONTENT_TYPE, RegisteredAvro, WriterSchemas, frame};
+#[cfg(feature = "protobuf")]
+pub use protobuf::{PROTOBUF_CONTENT_TYPE, Protobuf};
 
 /// The content type the JSON codec writes.
 pub const JSON_CONTENT_TYPE: &str = "application/json";
@@ -29,12 +54,24 @@ pub trait Encode<T: ?Sized>: Send + Sync + 'static {
     fn encode(&self, payload: &T) -> Result<Bytes, CodecError>;
 }
 
+/// What a decoder needs fetched before it can read a body, such as a writer's schema from a
+/// registry: the consumer awaits it, then decodes. An error sets the message aside with it.
+pub type Preparation = Pin<Box<dyn Future<Output = Result<(), CodecError>> + Send + 'static>>;
+
 /// Turns a body back into a payload.
 pub trait Decode<T>: Send + Sync + 'static {
     /// Whether this codec reads bodies of `content_type` (`None` when the message has none).
     fn accepts(&self, content_type: Option<&str>) -> bool;
     /// The payload in `body`.
     fn decode(&self, body: &Bytes) -> Result<T, CodecError>;
+    /// What must be fetched before `body` can be decoded, if anything. Decoding stays
+    /// synchronous and free of I/O; a codec that reads through a store it only partly holds
+    /// (the registered Avro codec, whose writer schemas live in a registry) names here the
+    /// work that completes what it holds. Default: nothing.
+    fn prepare(&self, body: &Bytes) -> Option<Preparation> {
+        let _ = body;
+        None
+    }
 }
 
 /// JSON through serde. Writes `application/json`; reads `application/json*`, `text/json*`,
@@ -131,7 +168,7 @@ impl Decode<Bytes> for Raw {
 }
 
 /// The lower-cased media type without parameters and surrounding space.
-fn essence(content_type: &str) -> String {
+pub(crate) fn essence(content_type: &str) -> String {
     content_type
         .split(';')
         .next()
@@ -156,18 +193,27 @@ impl<T: 'static> Decoders<T> {
         self.decoders.push(decoder);
     }
 
+    /// What the decoder chosen for `content_type` needs fetched before it reads `body`; the
+    /// consumer awaits it before [`Decoders::decode`].
+    pub(crate) fn prepare(&self, content_type: Option<&str>, body: &Bytes) -> Option<Preparation> {
+        self.choose(content_type).ok()?.prepare(body)
+    }
+
     /// The payload, or why it cannot be read: the `x-acemq-error` text after
     /// `could not be decoded: `.
     pub(crate) fn decode(&self, content_type: Option<&str>, body: &Bytes) -> Result<T, String> {
-        let decoder = self
-            .decoders
+        self.choose(content_type)?.decode(body).map_err(|e| e.0)
+    }
+
+    fn choose(&self, content_type: Option<&str>) -> Result<&dyn Decode<T>, String> {
+        self.decoders
             .iter()
             .find(|d| d.accepts(content_type))
+            .map(AsRef::as_ref)
             .ok_or_else(|| match content_type {
                 Some(c) => format!("no codec reads content type `{c}`"),
                 None => "no codec reads a message without a content type".to_owned(),
-            })?;
-        decoder.decode(body).map_err(|e| e.0)
+            })
     }
 }
 
@@ -198,6 +244,7 @@ mod tests {
         decoders.push(Box::new(Text));
         let body = Bytes::from_static(b"hello");
         assert_eq!(decoders.decode(Some("text/plain"), &body).unwrap(), "hello");
+        assert!(decoders.prepare(Some("text/plain"), &body).is_none());
         assert!(
             decoders
                 .decode(None, &body)
