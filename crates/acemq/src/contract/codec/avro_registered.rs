@@ -195,9 +195,14 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Mutex;
 
-    use serde_json::{Value, json};
+    use serde::Deserialize;
 
     use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct T {
+        n: i32,
+    }
 
     const SCHEMA: &str = r#"{"type":"record","name":"T","fields":[{"name":"n","type":"int"}]}"#;
 
@@ -248,23 +253,23 @@ mod tests {
             ..Held::default()
         });
         let codec = RegisteredAvro::new(9, schema, Arc::new(Arc::clone(&held)));
-        let body = codec.encode(&json!({"n": -5})).unwrap();
+        let body = codec.encode(&T { n: -5 }).unwrap();
         assert_eq!(&body[..5], &[0, 0, 0, 0, 9]);
         assert_eq!(
-            Decode::<Value>::decode(&codec, &body).unwrap_err(),
+            Decode::<T>::decode(&codec, &body).unwrap_err(),
             unknown_schema(9),
             "not fetched yet"
         );
-        let fetch = Decode::<Value>::prepare(&codec, &body).expect("a fetch");
+        let fetch = Decode::<T>::prepare(&codec, &body).expect("a fetch");
         fetch.await.unwrap();
-        assert!(Decode::<Value>::prepare(&codec, &body).is_none(), "cached");
-        let back: Value = codec.decode(&body).unwrap();
-        assert_eq!(back, json!({"n": -5}));
+        assert!(Decode::<T>::prepare(&codec, &body).is_none(), "cached");
+        let back: T = codec.decode(&body).unwrap();
+        assert_eq!(back, T { n: -5 });
 
         let mut other = body.to_vec();
         other[4] = 10;
         let other = Bytes::from(other);
-        let fetch = Decode::<Value>::prepare(&codec, &other).expect("a fetch");
+        let fetch = Decode::<T>::prepare(&codec, &other).expect("a fetch");
         assert_eq!(fetch.await.unwrap_err(), unknown_schema(10));
     }
 }
