@@ -18,8 +18,8 @@ const REFUND: &str =
 
 /// A unique table and its counter, dropped at the end of the test.
 fn unique_table() -> (String, DropTables) {
-    let table = polyq_testkit::unique_name("acemq_schemas").replace('.', "_");
-    let guard = DropTables::new([table.clone(), format!("{table}_ids")]);
+    let table = polyq_testkit::unique_name("acemq_sr").replace('.', "_");
+    let guard = DropTables::new([table.clone(), format!("{table}_seq")]);
     (table, guard)
 }
 
@@ -148,4 +148,63 @@ async fn only_plain_identifiers_name_the_table() {
             "{bad:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_table_is_shared_with_the_java_layout() {
+    let (table, _drop) = unique_table();
+    let pool = pool().await;
+    let store = store(pool.clone(), &table).await;
+    // A row as the Java port's JdbcSchemaRegistry writes it: its own fingerprint, its counter
+    // advanced by `UPDATE ... SET last_id = last_id + 1`.
+    let java = r#"{"type":"record","name":"Shipped","namespace":"org.acemq.test","fields":[{"name":"at","type":"long"}]}"#;
+    sqlx::raw_sql(&format!(
+        "UPDATE {table}_seq SET last_id = last_id + 1 WHERE only_row = 1; \
+         INSERT INTO {table} (id, fingerprint, format, subject, definition, registered_at) \
+         VALUES (1, 'java-fingerprint', 'avro', 'org.acemq.test.Shipped', '{java}', now()); \
+         UPDATE {table}_seq SET last_id = last_id + 1 WHERE only_row = 1; \
+         INSERT INTO {table} (id, fingerprint, format, subject, definition, registered_at) \
+         VALUES (2, 'java-proto', 'protobuf', 'acemq.test.OrderPlaced', 'syntax', now())"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let registry = SchemaRegistry::new(store);
+    assert_eq!(
+        registry
+            .schema(1)
+            .await
+            .unwrap()
+            .name()
+            .unwrap()
+            .to_string(),
+        "org.acemq.test.Shipped"
+    );
+    assert!(matches!(
+        registry.schema(2).await,
+        Err(SchemaRegistryError::OtherFormat { id: 2, ref format }) if format == "protobuf"
+    ));
+    let id = registry.register(ORDER).await.unwrap();
+    assert_eq!(id, 3, "after the ids the Java rows took");
+
+    // What polyq wrote, read as the Java registry reads it.
+    let (format, subject, definition): (String, String, String) = sqlx::query_as(&format!(
+        "SELECT format, subject, definition FROM {table} WHERE id = $1"
+    ))
+    .bind(3_i32)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (format.as_str(), subject.as_str(), definition.as_str()),
+        ("avro", "Order", ORDER)
+    );
+    let last: i32 = sqlx::query_scalar(&format!(
+        "SELECT last_id FROM {table}_seq WHERE only_row = 1"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(last, 3, "the Java registry's next id follows");
 }

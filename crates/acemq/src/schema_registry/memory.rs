@@ -17,7 +17,7 @@ use super::{SchemaRegistryError, SchemaStore};
 /// let store = InMemorySchemaStore::new();
 /// // A schema another service registered under 7, known to this one in advance.
 /// store.insert(7, r#""string""#)?;
-/// assert_eq!(store.register(r#""long""#).await?, 8, "new ids follow the highest");
+/// assert_eq!(store.register("long", r#""long""#).await?, 8, "new ids follow the highest");
 /// assert_eq!(store.schema(7).await?.as_deref(), Some(r#""string""#));
 /// # Ok(())
 /// # }
@@ -92,7 +92,11 @@ impl InMemorySchemaStore {
 }
 
 impl SchemaStore for InMemorySchemaStore {
-    fn register<'a>(&'a self, schema: &'a str) -> BoxFuture<'a, Result<u32, SchemaRegistryError>> {
+    fn register<'a>(
+        &'a self,
+        _subject: &'a str,
+        schema: &'a str,
+    ) -> BoxFuture<'a, Result<u32, SchemaRegistryError>> {
         Box::pin(std::future::ready(self.register_now(schema)))
     }
 
@@ -118,11 +122,11 @@ mod tests {
             store.insert(5, "\"int\""),
             Err(SchemaRegistryError::Conflict { id: 101 })
         ));
-        assert_eq!(store.register("\"int\"").await.unwrap(), 101);
-        assert_eq!(store.register("\"long\"").await.unwrap(), 102);
+        assert_eq!(store.register("int", "\"int\"").await.unwrap(), 101);
+        assert_eq!(store.register("long", "\"long\"").await.unwrap(), 102);
         store.insert(u32::MAX, "\"string\"").unwrap();
         assert!(matches!(
-            store.register("\"bytes\"").await,
+            store.register("bytes", "\"bytes\"").await,
             Err(SchemaRegistryError::Exhausted)
         ));
         assert_eq!(store.len(), 3);

@@ -34,11 +34,20 @@ use crate::codec::{CodecError, Preparation, RegisteredAvro, WriterSchemas};
 /// The error a backend gives, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// The format a registry entry of the registered Avro codec has (the Java port's
+/// `SchemaDefinition.format`).
+pub const AVRO: &str = "avro";
+
 /// Where a registry keeps its schemas: ids given out for schema texts, and the texts back.
 pub trait SchemaStore: Send + Sync + 'static {
-    /// The id of `schema`, the exact text: the one it already has, or a new one.
-    fn register<'a>(&'a self, schema: &'a str) -> BoxFuture<'a, Result<u32, SchemaRegistryError>>;
-    /// The schema text registered under `id`, if any.
+    /// The id of `schema`, the exact text, whose full name is `subject`: the one it already
+    /// has, or a new one.
+    fn register<'a>(
+        &'a self,
+        subject: &'a str,
+        schema: &'a str,
+    ) -> BoxFuture<'a, Result<u32, SchemaRegistryError>>;
+    /// The Avro schema text registered under `id`, if any.
     fn schema(&self, id: u32) -> BoxFuture<'_, Result<Option<String>, SchemaRegistryError>>;
 }
 
@@ -69,9 +78,24 @@ pub enum SchemaRegistryError {
         /// The id.
         id: u32,
     },
-    /// The counter has given out every id the 4-byte frame holds.
+    /// The counter has given out every id it holds.
     #[error("the schema registry has no ids left")]
     Exhausted,
+    /// The counter row is missing: the migration has not run, or created the schema table
+    /// without its counter.
+    #[error("the schema registry's counter row is missing from `{table}`; run the migration")]
+    MissingCounter {
+        /// The counter table.
+        table: String,
+    },
+    /// The id stands for a schema of another format (another port's Protobuf entry, say).
+    #[error("schema id {id} is registered as {format}, not avro")]
+    OtherFormat {
+        /// The id.
+        id: u32,
+        /// The format it is registered as.
+        format: String,
+    },
     /// A table name the store refuses.
     #[error("`{name}` cannot name a schema registry table: {reason}")]
     InvalidName {
@@ -232,7 +256,10 @@ impl SchemaRegistry {
             return Ok(cached);
         }
         let schema = parse(text)?;
-        let id = self.store.register(text).await?;
+        let id = self
+            .store
+            .register(&crate::codec::schema_name(&schema), text)
+            .await?;
         self.cache.insert(id, text, &schema);
         Ok((id, schema))
     }

@@ -1,5 +1,8 @@
 //! The PostgreSQL schema store (features `avro` and `postgres`): one table of schemas, shared
-//! by every registry that points at it, and a one-row counter table the ids come from.
+//! by every registry that points at it, and a one-row counter table the ids come from, in the
+//! Java port's layout (`JdbcSchemaRegistry`): `acemq_schema_registry` (`id`, `fingerprint`,
+//! `format`, `subject`, `definition`, `registered_at`) and `acemq_schema_registry_seq`
+//! (`only_row`, `last_id`).
 //!
 //! Registering looks the text up first (one indexed read, the path of every schema already
 //! known). A new text takes the counter row's lock in a transaction, looks again (another
@@ -12,13 +15,13 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use sqlx::PgPool;
 
-use super::{SchemaRegistryError, SchemaStore};
+use super::{AVRO, SchemaRegistryError, SchemaStore};
 
 /// The table a store uses unless told otherwise.
-pub const DEFAULT_TABLE: &str = "acemq_schemas";
+pub const DEFAULT_TABLE: &str = "acemq_schema_registry";
 
 /// The migration creating the tables, with `${table}` standing for the schema table's name
-/// (the counter is `${table}_ids`). Run it with [`PostgresSchemaStore::migrate`], or copy it
+/// (the counter is `${table}_seq`). Run it with [`PostgresSchemaStore::migrate`], or copy it
 /// into the migrations the application's own tool runs.
 pub const MIGRATION: &str = include_str!("../../migrations/postgres/schema_registry_0001.sql");
 
@@ -55,15 +58,17 @@ struct Statements {
 
 impl Statements {
     fn for_table(table: &str) -> Self {
-        const FINGERPRINT: &str = "sha256(convert_to($1, 'UTF8'))";
+        // The hex SHA-256 of the exact text: 64 characters, as the column holds.
+        const FINGERPRINT: &str = "encode(sha256(convert_to($1, 'UTF8')), 'hex')";
         Self {
             find: format!("SELECT id FROM {table} WHERE fingerprint = {FINGERPRINT}"),
-            lock: format!("SELECT next_id FROM {table}_ids WHERE singleton FOR UPDATE"),
+            lock: format!("SELECT last_id FROM {table}_seq WHERE only_row = 1 FOR UPDATE"),
             insert: format!(
-                "INSERT INTO {table} (id, fingerprint, schema_text) VALUES ($2, {FINGERPRINT}, $1)"
+                "INSERT INTO {table} (id, fingerprint, format, subject, definition, registered_at) \
+                 VALUES ($3, {FINGERPRINT}, '{AVRO}', $2, $1, now())"
             ),
-            advance: format!("UPDATE {table}_ids SET next_id = $1 WHERE singleton"),
-            schema: format!("SELECT schema_text FROM {table} WHERE id = $1"),
+            advance: format!("UPDATE {table}_seq SET last_id = $1 WHERE only_row = 1"),
+            schema: format!("SELECT format, definition FROM {table} WHERE id = $1"),
         }
     }
 }
@@ -86,7 +91,7 @@ impl PostgresSchemaStore {
         }
     }
 
-    /// Uses the table `name` (and `<name>_ids`) instead of [`DEFAULT_TABLE`].
+    /// Uses the table `name` (and `<name>_seq`) instead of [`DEFAULT_TABLE`].
     ///
     /// # Errors
     ///
@@ -144,31 +149,38 @@ impl PostgresSchemaStore {
         Ok(id.and_then(|id| u32::try_from(id).ok()))
     }
 
-    async fn register_now(&self, schema: &str) -> Result<u32, SchemaRegistryError> {
+    async fn register_now(&self, subject: &str, schema: &str) -> Result<u32, SchemaRegistryError> {
         let failed = |e| self.failed(format!("register a schema in `{}`", self.table), e);
         if let Some(id) = self.find(&self.pool, schema).await.map_err(failed)? {
             return Ok(id);
         }
         let mut tx = self.pool.begin().await.map_err(failed)?;
-        let next: i32 = sqlx::query_scalar(&self.statements.lock)
-            .fetch_one(&mut *tx)
+        let last: i32 = sqlx::query_scalar(&self.statements.lock)
+            .fetch_optional(&mut *tx)
             .await
-            .map_err(failed)?;
+            .map_err(failed)?
+            .ok_or_else(|| SchemaRegistryError::MissingCounter {
+                table: format!("{}_seq", self.table),
+            })?;
         // Registered by another instance while this one waited for the counter's lock.
         if let Some(id) = self.find(&mut *tx, schema).await.map_err(failed)? {
             return Ok(id);
         }
-        let (Ok(id), Some(after)) = (u32::try_from(next), next.checked_add(1)) else {
+        let Some((next, id)) = last
+            .checked_add(1)
+            .and_then(|next| Some((next, u32::try_from(next).ok()?)))
+        else {
             return Err(SchemaRegistryError::Exhausted);
         };
         sqlx::query(&self.statements.insert)
             .bind(schema)
+            .bind(subject)
             .bind(next)
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
         sqlx::query(&self.statements.advance)
-            .bind(after)
+            .bind(next)
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
@@ -178,8 +190,12 @@ impl PostgresSchemaStore {
 }
 
 impl SchemaStore for PostgresSchemaStore {
-    fn register<'a>(&'a self, schema: &'a str) -> BoxFuture<'a, Result<u32, SchemaRegistryError>> {
-        Box::pin(self.register_now(schema))
+    fn register<'a>(
+        &'a self,
+        subject: &'a str,
+        schema: &'a str,
+    ) -> BoxFuture<'a, Result<u32, SchemaRegistryError>> {
+        Box::pin(self.register_now(subject, schema))
     }
 
     fn schema(&self, id: u32) -> BoxFuture<'_, Result<Option<String>, SchemaRegistryError>> {
@@ -188,11 +204,16 @@ impl SchemaStore for PostgresSchemaStore {
             let Ok(key) = i32::try_from(id) else {
                 return Ok(None);
             };
-            sqlx::query_scalar(&self.statements.schema)
+            let row: Option<(String, String)> = sqlx::query_as(&self.statements.schema)
                 .bind(key)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(|e| self.failed(format!("look up schema id {id}"), e))
+                .map_err(|e| self.failed(format!("look up schema id {id}"), e))?;
+            match row {
+                Some((format, definition)) if format == AVRO => Ok(Some(definition)),
+                Some((format, _)) => Err(SchemaRegistryError::OtherFormat { id, format }),
+                None => Ok(None),
+            }
         })
     }
 }

@@ -128,8 +128,9 @@ pub(super) fn parse(text: &str, role: &str) -> Result<Arc<Schema>, CodecError> {
         .map_err(|e| CodecError(format!("the Avro {role} is not valid: {e}")))
 }
 
-/// The full name of a named schema, or its type, for errors and `Debug`.
-pub(super) fn schema_name(schema: &Schema) -> String {
+/// The full name of a named schema, or its type: for errors, `Debug`, and the subject the
+/// registry records.
+pub(crate) fn schema_name(schema: &Schema) -> String {
     schema.name().map_or_else(
         || format!("{:?}", apache_avro::schema::SchemaKind::from(schema)),
         ToString::to_string,

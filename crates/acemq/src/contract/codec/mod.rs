@@ -26,6 +26,8 @@ mod avro_registered;
 mod protobuf;
 
 #[cfg(feature = "avro")]
+pub(crate) use avro::schema_name;
+#[cfg(feature = "avro")]
 pub use avro::{AVRO_CONTENT_TYPE, Avro};
 #[cfg(feature = "avro")]
 pub(crate) use avro_registered::unknown_schema;
