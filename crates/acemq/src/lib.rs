@@ -39,7 +39,8 @@
 //! - [`wire`]: the envelope to and from headers and `message-id` (methods on [`Envelope`]), and
 //!   the lenient readers behind it (`lenient.rs`) for what other ports write.
 //! - [`headers`]: the reserved and shared header names.
-//! - [`codec`]: body codecs chosen by content type.
+//! - [`codec`]: body codecs chosen by content type (JSON, text, bytes; Protobuf and Avro,
+//!   fixed-schema and registered, behind features).
 //! - [`retry`]: policies, the schedule, jitter, broker waits, and the retry decision
 //!   ([`RetryPolicy::decide`](retry::RetryPolicy::decide): retry after a wait, or give up into
 //!   `Q.dlq`).
@@ -87,7 +88,9 @@
 //!
 //! [`idempotency`]: the idempotent consumer's stores, in memory, on PostgreSQL and on MariaDB or
 //! MySQL (the Java port's table layout on both), and on Redis. [`outbox`]: the transactional
-//! outbox, on PostgreSQL, on MariaDB or MySQL, and in memory.
+//! outbox, on PostgreSQL, on MariaDB or MySQL, and in memory. `schema_registry` (feature
+//! `avro`): Avro schemas under ids that never change, for the registered Avro codec, in memory
+//! and on PostgreSQL (the Java port's table layout), cached both ways.
 //!
 //! ## Errors (`error.rs`)
 //!
@@ -109,6 +112,14 @@
 //!   store (`idempotency::mysql`) and the transactional outbox (`outbox::MySqlOutbox`,
 //!   `OutboxRelay::builder_mysql`), their migrations in `migrations/mysql/`.
 //! - `redis`: the Redis idempotency store (`idempotency::redis`).
+//! - `protobuf`: the Protobuf codec (`codec::Protobuf`, `application/x-protobuf`) over
+//!   `prost::Message`, through `prost`, the Tokio project's Protobuf crate: a message type
+//!   comes from `prost-build` or from its derive macros, with no `protoc` in this crate's build.
+//! - `avro`: the Avro codecs, fixed-schema (`codec::Avro`, `avro/binary`) and registered
+//!   (`codec::RegisteredAvro`, `application/vnd.acemq.avro`, Confluent framing), and the
+//!   `schema_registry` they read writer schemas from, through `apache-avro`, the Apache Avro
+//!   project's own Rust implementation (schema resolution, serde). With `postgres` too, the
+//!   registry's PostgreSQL store (`schema_registry::postgres`).
 //! - `otel`: W3C `traceparent` / `tracestate` written on publish and adopted on consume, through
 //!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
 //! - `prometheus`: the metrics in the Prometheus text format

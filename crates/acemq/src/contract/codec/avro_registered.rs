@@ -170,7 +170,10 @@ impl<T: DeserializeOwned> Decode<T> for RegisteredAvro {
     fn decode(&self, body: &Bytes) -> Result<T, CodecError> {
         let (id, datum) = frame(body)?;
         let writer = self.schemas.cached(id).ok_or_else(|| unknown_schema(id))?;
-        read(&writer, self.reader.as_deref(), datum)
+        // Resolving a schema onto itself changes nothing: a body of the codec's own schema
+        // is read as written.
+        let reader = self.reader.as_ref().filter(|r| !Arc::ptr_eq(r, &writer));
+        read(&writer, reader.map(AsRef::as_ref), datum)
     }
 
     fn prepare(&self, body: &Bytes) -> Option<Preparation> {
