@@ -7,7 +7,7 @@
 mod common;
 
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use acemq::Message;
