@@ -11,7 +11,7 @@
 //! its table, ids drawn from a locked counter row.
 //!
 //! Decoding is synchronous and a store may be a database, so a
-//! [`RegisteredAvro`](crate::codec::RegisteredAvro) codec reads writer schemas from the
+//! [`RegisteredAvro`] codec reads writer schemas from the
 //! registry's cache ([`WriterSchemas::cached`]) and a consumer, before decoding a body framed
 //! with an id the cache lacks, awaits the registry's fetch of it ([`WriterSchemas::fetch`]).
 //! Schemas never change under an id, so the cache never goes stale; only the first message of
