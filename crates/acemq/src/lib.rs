@@ -45,7 +45,8 @@
 //! - [`headers`]: the reserved and shared header names.
 //! - [`codec`]: body codecs chosen by content type (`codec/`: a file per format, the
 //!   [`Composite`](codec::Composite) a consumer reads several formats with, and the one table
-//!   of content types, [`Format`](codec::Format)).
+//!   of content types, [`Format`](codec::Format)): JSON, text, bytes; YAML, TOML, XML, Protobuf
+//!   and Avro (fixed-schema and registered) behind features.
 //! - [`retry`]: policies, the schedule, jitter, broker waits, and the retry decision
 //!   ([`RetryPolicy::decide`](retry::RetryPolicy::decide): retry after a wait, or give up into
 //!   `Q.dlq`).
@@ -93,7 +94,9 @@
 //!
 //! [`idempotency`]: the idempotent consumer's stores, in memory, on PostgreSQL and on MariaDB or
 //! MySQL (the Java port's table layout on both), and on Redis. [`outbox`]: the transactional
-//! outbox, on PostgreSQL, on MariaDB or MySQL, and in memory.
+//! outbox, on PostgreSQL, on MariaDB or MySQL, and in memory. `schema_registry` (feature
+//! `avro`): Avro schemas under ids that never change, for the registered Avro codec, in memory
+//! and on PostgreSQL (the Java port's table layout), cached both ways.
 //!
 //! ## Errors (`error.rs`)
 //!
@@ -118,6 +121,14 @@
 //! - `yaml`, `toml`, `xml`: the codecs of those formats (`codec::Yaml`, `codec::Toml`,
 //!   `codec::Xml`), which a consumer reads alongside JSON through a
 //!   [`Composite`](codec::Composite).
+//! - `protobuf`: the Protobuf codec (`codec::Protobuf`, `application/x-protobuf`) over
+//!   `prost::Message`, through `prost`, the Tokio project's Protobuf crate: a message type
+//!   comes from `prost-build` or from its derive macros, with no `protoc` in this crate's build.
+//! - `avro`: the Avro codecs, fixed-schema (`codec::Avro`, `avro/binary`) and registered
+//!   (`codec::RegisteredAvro`, `application/vnd.acemq.avro`, Confluent framing), and the
+//!   `schema_registry` they read writer schemas from, through `apache-avro`, the Apache Avro
+//!   project's own Rust implementation (schema resolution, serde). With `postgres` too, the
+//!   registry's PostgreSQL store (`schema_registry::postgres`).
 //! - `otel`: W3C `traceparent` / `tracestate` written on publish and adopted on consume, through
 //!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
 //! - `prometheus`: the metrics in the Prometheus text format
@@ -148,6 +159,8 @@ pub mod inspect;
 pub mod outbox;
 pub mod patterns;
 mod runtime;
+#[cfg(feature = "avro")]
+pub mod schema_registry;
 
 pub use contract::envelope::{Envelope, EnvelopeBuilder, FALLBACK_TYPE};
 pub use contract::itinerary::{Itinerary, Stop};

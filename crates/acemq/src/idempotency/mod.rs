@@ -211,29 +211,36 @@ impl StoreError {
 /// its statements.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn check_identifier(name: &str) -> Result<(), StoreError> {
-    let invalid = |reason| {
-        Err(StoreError::InvalidName {
+    match identifier_problem(name) {
+        Some(reason) => Err(StoreError::InvalidName {
             name: name.to_owned(),
             reason,
-        })
-    };
+        }),
+        None => Ok(()),
+    }
+}
+
+/// What keeps `name` from being a plain SQL identifier a store may splice into its
+/// statements, if anything.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn identifier_problem(name: &str) -> Option<&'static str> {
     let mut chars = name.chars();
     match chars.next() {
-        None => return invalid("it is empty"),
+        None => return Some("it is empty"),
         Some(first) if !(first.is_ascii_alphabetic() || first == '_') => {
-            return invalid("it must start with an ASCII letter or an underscore");
+            return Some("it must start with an ASCII letter or an underscore");
         }
         Some(_) => {}
     }
     if !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return invalid("only ASCII letters, digits and underscores are allowed");
+        return Some("only ASCII letters, digits and underscores are allowed");
     }
     // Leaves room for the index name `<table>_expiry` within PostgreSQL's 63 bytes (MySQL's
     // limit, 64, is looser).
     if name.len() > 56 {
-        return invalid("it must be at most 56 bytes long");
+        return Some("it must be at most 56 bytes long");
     }
-    Ok(())
+    None
 }
 
 /// Runs the migration `sql` creating `table` of the SQL `store`.

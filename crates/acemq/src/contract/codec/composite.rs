@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::{CodecError, Decode};
+use super::{CodecError, Decode, Preparation};
 
 /// The decoders a consumer accepts, in the order they are tried: a message is read by the
 /// first that accepts its content type, and a content type none of them reads is an error
@@ -81,6 +81,14 @@ impl<T: 'static> Decode<T> for Composite<T> {
             })
         })?;
         decoder.decode_for(content_type, body)
+    }
+
+    fn prepare(&self, body: &Bytes) -> Option<Preparation> {
+        self.prepare_for(None, body)
+    }
+
+    fn prepare_for(&self, content_type: Option<&str>, body: &Bytes) -> Option<Preparation> {
+        self.decoder_for(content_type)?.prepare_for(content_type, body)
     }
 }
 

@@ -1,5 +1,6 @@
-//! Body codecs: JSON (the default, `application/json`), UTF-8 text and raw bytes; YAML, TOML
-//! and XML behind the features of the same names.
+//! Body codecs: JSON (the default, `application/json`), UTF-8 text and raw bytes; YAML, TOML,
+//! XML, Protobuf and Avro (fixed-schema and registered) behind the features `yaml`, `toml`,
+//! `xml`, `protobuf` and `avro`.
 //!
 //! A publisher writes with one [`Encode`]; a consumer reads with a [`Composite`] of
 //! [`Decode`]rs, the first that accepts the message's content type, so a producer may change
@@ -8,11 +9,36 @@
 //!
 //! Which format a content type names is one table, [`Format::of`]: the codecs accept by it and
 //! the operator's view ([`inspect`](crate::inspect)) shows bodies by it.
+//!
+//! The binary formats use the crates their communities maintain for them: `prost` (the Tokio
+//! project's Protobuf, whose derive macros give a message type without `protoc` at build time)
+//! and `apache-avro` (the Apache Avro project's own Rust library, with schema resolution and
+//! serde support).
+
+use std::future::Future;
+use std::pin::Pin;
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+#[cfg(feature = "avro")]
+mod avro;
+#[cfg(feature = "avro")]
+mod avro_registered;
+#[cfg(feature = "protobuf")]
+mod protobuf;
+
+#[cfg(feature = "avro")]
+pub(crate) use avro::schema_name;
+#[cfg(feature = "avro")]
+pub use avro::{AVRO_CONTENT_TYPE, Avro};
+#[cfg(feature = "avro")]
+pub(crate) use avro_registered::unknown_schema;
+#[cfg(feature = "avro")]
+pub use avro_registered::{REGISTERED_AVRO_CONTENT_TYPE, RegisteredAvro, WriterSchemas, frame};
+#[cfg(feature = "protobuf")]
+pub use protobuf::{PROTOBUF_CONTENT_TYPE, Protobuf};
 mod composite;
 #[cfg(feature = "toml")]
 mod toml;
@@ -132,6 +158,10 @@ pub trait Encode<T: ?Sized>: Send + Sync + 'static {
     fn encode(&self, payload: &T) -> Result<Bytes, CodecError>;
 }
 
+/// What a decoder needs fetched before it can read a body, such as a writer's schema from a
+/// registry: the consumer awaits it, then decodes. An error sets the message aside with it.
+pub type Preparation = Pin<Box<dyn Future<Output = Result<(), CodecError>> + Send + 'static>>;
+
 /// Turns a body back into a payload.
 pub trait Decode<T>: Send + Sync + 'static {
     /// Whether this codec reads bodies of `content_type` (`None` when the message has none).
@@ -143,6 +173,23 @@ pub trait Decode<T>: Send + Sync + 'static {
     fn decode_for(&self, content_type: Option<&str>, body: &Bytes) -> Result<T, CodecError> {
         let _ = content_type;
         self.decode(body)
+    }
+
+    /// What must be fetched before `body` can be decoded, if anything. Decoding stays
+    /// synchronous and free of I/O; a codec that reads through a store it only partly holds
+    /// (the registered Avro codec, whose writer schemas live in a registry) names here the
+    /// work that completes what it holds. Default: nothing.
+    fn prepare(&self, body: &Bytes) -> Option<Preparation> {
+        let _ = body;
+        None
+    }
+
+    /// What must be fetched before `body` of `content_type` can be decoded. A codec of one
+    /// format answers as [`prepare`](Decode::prepare) does; a [`Composite`] asks the decoder it
+    /// picks by the content type.
+    fn prepare_for(&self, content_type: Option<&str>, body: &Bytes) -> Option<Preparation> {
+        let _ = content_type;
+        self.prepare(body)
     }
 }
 
@@ -234,7 +281,7 @@ impl Decode<Bytes> for Raw {
 }
 
 /// The lower-cased media type without parameters and surrounding space.
-fn essence(content_type: &str) -> String {
+pub(crate) fn essence(content_type: &str) -> String {
     content_type
         .split(';')
         .next()

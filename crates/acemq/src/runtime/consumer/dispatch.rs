@@ -226,10 +226,12 @@ impl<T: Send + 'static> Worker<T> {
             body,
             acker,
         };
-        let payload = match self
-            .decoders
-            .decode_for(held.properties.content_type.as_deref(), &held.body)
-        {
+        let content_type = held.properties.content_type.as_deref();
+        let prepared = match self.decoders.prepare_for(content_type, &held.body) {
+            Some(preparation) => preparation.await,
+            None => Ok(()),
+        };
+        let payload = match prepared.and_then(|()| self.decoders.decode_for(content_type, &held.body)) {
             Ok(payload) => payload,
             Err(reason) => {
                 let result = self.engine.park_undecodable(&held, &reason.0).await;
