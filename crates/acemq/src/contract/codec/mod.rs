@@ -4,6 +4,14 @@
 //! that accepts the message's content type, so a producer may change format without the
 //! consumer changing. A body no decoder accepts or can read is set aside into `Q.parked` with
 //! its original bytes.
+//!
+//! With the feature `encryption`, [`encrypted::Encrypted`] wraps any of them in AES-GCM
+//! (`application/vnd.acemq.encrypted`) with the keys of a [`keyring::KeyRing`].
+
+#[cfg(feature = "encryption")]
+pub mod encrypted;
+#[cfg(feature = "encryption")]
+pub mod keyring;
 
 use bytes::Bytes;
 use serde::Serialize;
