@@ -1040,14 +1040,25 @@ mod tests {
         );
         let unknown = view(&body, Some(&other));
         assert_eq!(unknown["key_id"], "k1");
-        assert!(unknown["note"].as_str().unwrap().contains("it holds k2"), "{unknown}");
+        assert!(
+            unknown["note"].as_str().unwrap().contains("it holds k2"),
+            "{unknown}"
+        );
         let text = seal(&keys, b"plain words").unwrap();
         assert_eq!(view(&text, Some(&keys))["payload"], "plain words");
         let binary = seal(&keys, &[0xff, 0x00]).unwrap();
-        assert_eq!(view(&binary, Some(&keys))["payload"], json!({"base64": "/wA="}));
+        assert_eq!(
+            view(&binary, Some(&keys))["payload"],
+            json!({"base64": "/wA="})
+        );
         let plain = view(b"{}", Some(&keys));
         assert_eq!(plain["key_id"], Value::Null);
-        assert!(plain["note"].as_str().unwrap().starts_with("not an encrypted AceMQ body"));
+        assert!(
+            plain["note"]
+                .as_str()
+                .unwrap()
+                .starts_with("not an encrypted AceMQ body")
+        );
         assert!(EncryptedView::of(Some("application/json"), &body, Some(&keys)).is_none());
         assert!(EncryptedView::of(None, &body, Some(&keys)).is_none());
     }
