@@ -155,16 +155,9 @@ pub fn key_id_of(body: &[u8]) -> Option<&str> {
 /// `plaintext` encrypted with the ring's current key, framed.
 pub fn seal(keys: &KeyRing, plaintext: &[u8]) -> Result<Vec<u8>, EncryptionError> {
     let key = keys.current();
-    let id = key.id().as_bytes();
-    let mut body = Vec::with_capacity(3 + id.len() + NONCE_LEN + plaintext.len() + TAG_LEN);
-    body.extend_from_slice(&[MAGIC, VERSION]);
-    // The key ring refuses ids over 255 bytes, so the length always fits its byte.
-    body.push(
-        u8::try_from(id.len()).map_err(|_| EncryptionError::TooLong {
-            key_id: key.id().to_owned(),
-        })?,
-    );
-    body.extend_from_slice(id);
+    let header = key.header();
+    let mut body = Vec::with_capacity(header.len() + NONCE_LEN + plaintext.len() + TAG_LEN);
+    body.extend_from_slice(header);
     // A fresh random nonce per message: a nonce reused under one key forfeits GCM's secrecy,
     // and a counter would restart with the process.
     let nonce = Nonce::<U12>::try_generate().map_err(|_| EncryptionError::Random)?;
@@ -181,23 +174,22 @@ pub fn seal(keys: &KeyRing, plaintext: &[u8]) -> Result<Vec<u8>, EncryptionError
 /// The plaintext of an encrypted body, decrypted with the key its header names.
 pub fn open(keys: &KeyRing, body: &[u8]) -> Result<Vec<u8>, EncryptionError> {
     let key_id = key_id_of(body).ok_or(EncryptionError::NotEncrypted)?;
-    let header = 3 + key_id.len();
-    if body.len() < header + NONCE_LEN + TAG_LEN {
-        return Err(EncryptionError::Truncated {
+    // `key_id_of` read the whole key id, so the header is within the body.
+    let (aad, rest) = body.split_at(3 + key_id.len());
+    let (nonce, sealed) = rest
+        .split_first_chunk::<NONCE_LEN>()
+        .filter(|(_, sealed)| sealed.len() >= TAG_LEN)
+        .ok_or_else(|| EncryptionError::Truncated {
             key_id: key_id.to_owned(),
             length: body.len(),
-        });
-    }
+        })?;
     let key = keys
         .key(key_id)
         .ok_or_else(|| EncryptionError::UnknownKey {
             key_id: key_id.to_owned(),
             held: keys.key_ids().map(str::to_owned).collect(),
         })?;
-    let (aad, rest) = body.split_at(header);
-    let (nonce, sealed) = rest.split_at(NONCE_LEN);
-    let nonce = Nonce::<U12>::try_from(nonce).map_err(|_| EncryptionError::NotEncrypted)?;
-    key.open(&nonce, sealed, aad)
+    key.open(&Nonce::<U12>::from(*nonce), sealed, aad)
         .ok_or_else(|| EncryptionError::NotAuthentic {
             key_id: key_id.to_owned(),
         })

@@ -36,8 +36,14 @@ use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use zeroize::Zeroizing;
 
+use super::encrypted::{MAGIC, VERSION};
+
 /// The longest key id, in bytes: the framing gives it one length byte.
 pub const MAX_KEY_ID_LEN: usize = 255;
+
+/// Why a key id over [`MAX_KEY_ID_LEN`] bytes is refused.
+const TOO_LONG: &str = "a key id is at most 255 bytes of UTF-8: it travels behind one length byte in front of every \
+     message";
 
 /// The key lengths AES takes, in bytes.
 pub const KEY_LENGTHS: [usize; 3] = [16, 24, 32];
@@ -212,9 +218,10 @@ impl Cipher {
     }
 }
 
-/// A key of the ring: its id and its cipher.
+/// A key of the ring: its id, the framing's header that names it, and its cipher.
 pub(super) struct RingKey {
     id: String,
+    header: Vec<u8>,
     cipher: Cipher,
 }
 
@@ -222,6 +229,12 @@ impl RingKey {
     /// The key id.
     pub(super) fn id(&self) -> &str {
         &self.id
+    }
+
+    /// `0xAE 0x01`, the key id's length and the key id: the clear header of every body this key
+    /// encrypts, built once.
+    pub(super) fn header(&self) -> &[u8] {
+        &self.header
     }
 
     /// `msg` sealed under `nonce` with `aad` authenticated: ciphertext and tag.
@@ -314,7 +327,9 @@ impl KeyRing {
             let key_id = key_id.trim();
             // Checked before the key is read, and reported without quoting the id: a line
             // that lost its `KEY-ID =` would otherwise show the key as an id.
-            key_id_problem(key_id).map_or(Ok(()), |reason| Err(syntax(reason)))?;
+            if let Some(reason) = key_id_problem(key_id) {
+                return Err(syntax(reason));
+            }
             let in_entry = |source| KeyRingError::Entry {
                 source_name: source_name.to_owned(),
                 entry,
@@ -397,13 +412,16 @@ impl fmt::Debug for KeyRing {
 }
 
 fn ring_key(key_id: &str, key: &[u8]) -> Result<RingKey, KeyRingError> {
-    check_key_id(key_id)?;
+    let length = length_byte(key_id)?;
+    let mut header = vec![MAGIC, VERSION, length];
+    header.extend_from_slice(key_id.as_bytes());
     let cipher = Cipher::new(key).ok_or_else(|| KeyRingError::KeyLength {
         key_id: key_id.to_owned(),
         length: key.len(),
     })?;
     Ok(RingKey {
         id: key_id.to_owned(),
+        header,
         cipher,
     })
 }
@@ -414,8 +432,7 @@ fn key_id_problem(key_id: &str) -> Option<&'static str> {
     Some(if key_id.is_empty() {
         "a key id cannot be empty: it is what a reader looks the key up by"
     } else if key_id.len() > MAX_KEY_ID_LEN {
-        "a key id is at most 255 bytes of UTF-8: it travels behind one length byte in front of \
-         every message"
+        TOO_LONG
     } else if key_id.contains(['=', ';', '#']) || key_id.chars().any(char::is_whitespace) {
         "a key id has no `=`, `;`, `#` or whitespace"
     } else if key_id.chars().any(char::is_control) {
@@ -425,10 +442,12 @@ fn key_id_problem(key_id: &str) -> Option<&'static str> {
     })
 }
 
-/// Refuses a key id [`key_id_problem`] finds a problem with.
-fn check_key_id(key_id: &str) -> Result<(), KeyRingError> {
-    let Some(reason) = key_id_problem(key_id) else {
-        return Ok(());
+/// The length byte of a key id, or why the key id cannot be used ([`key_id_problem`]).
+fn length_byte(key_id: &str) -> Result<u8, KeyRingError> {
+    let reason = match (key_id_problem(key_id), u8::try_from(key_id.len())) {
+        (None, Ok(length)) => return Ok(length),
+        (Some(reason), _) => reason,
+        (None, Err(_)) => TOO_LONG,
     };
     let shown: String = key_id.chars().take(64).collect();
     let shown = if shown.len() < key_id.len() {
