@@ -13,6 +13,9 @@
 //! binary ones ([`Format`]: Protobuf, Avro, registered Avro, encrypted); counters, headers and routes are checked by [`EnvelopeBuilder`] and
 //! [`RoutingSlip`]. This module only maps JSON to and from them. No I/O.
 //!
+//! With the feature `encryption`, `EncryptedView` shows an encrypted body's key id and, given
+//! the key ring, its plaintext, beside the raw bytes the inspection shows.
+//!
 //! ```
 //! use acemq::inspect::{Inspection, encode};
 //! use acemq::wire;
@@ -388,6 +391,91 @@ fn with_causes(error: &InspectError) -> String {
         cause = next.source();
     }
     text
+}
+
+/// What an operator sees of an encrypted body (`application/vnd.acemq.encrypted`): the key id
+/// its clear header names, and, given the key ring, the plaintext decoded as a body without a
+/// content type is (JSON, else text, else `{"base64": ...}`: the inner codec's content type is
+/// not on the wire). Never a key.
+///
+/// Serializes as `{"key_id", "payload", "note"}`: `payload` is `null` and `note` says why when
+/// the plaintext is not shown (no key ring, a key the ring does not hold, a tag that does not
+/// verify, a body that is not the framing).
+///
+/// ```
+/// use acemq::codec::encrypted::seal;
+/// use acemq::codec::keyring::KeyRing;
+/// use acemq::inspect::EncryptedView;
+/// use serde_json::json;
+///
+/// let keys = KeyRing::new("orders-2026-09", &[7; 32])?;
+/// let body = seal(&keys, br#"{"id":"o-1"}"#)?;
+/// let content_type = Some("application/vnd.acemq.encrypted");
+/// let seen = EncryptedView::of(content_type, &body, Some(&keys)).unwrap();
+/// assert_eq!(
+///     serde_json::to_value(&seen)?,
+///     json!({"key_id": "orders-2026-09", "payload": {"id": "o-1"}, "note": null})
+/// );
+/// let without = EncryptedView::of(content_type, &body, None).unwrap();
+/// assert_eq!(without.key_id(), Some("orders-2026-09"));
+/// assert!(without.payload().is_none());
+/// assert!(EncryptedView::of(Some("application/json"), b"{}", Some(&keys)).is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "encryption")]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EncryptedView {
+    key_id: Option<String>,
+    payload: Option<Value>,
+    note: Option<String>,
+}
+
+#[cfg(feature = "encryption")]
+impl EncryptedView {
+    /// The view of `body`, or `None` when `content_type` is not the encrypted codec's.
+    pub fn of(
+        content_type: Option<&str>,
+        body: &[u8],
+        keys: Option<&crate::codec::keyring::KeyRing>,
+    ) -> Option<Self> {
+        use crate::codec::Format;
+        use crate::codec::encrypted::{EncryptionError, key_id_of, open};
+        if !Format::Encrypted.names(content_type) {
+            return None;
+        }
+        let key_id = key_id_of(body).map(str::to_owned);
+        let (payload, note) = match (keys, &key_id) {
+            (_, None) => (None, Some(EncryptionError::NotEncrypted.to_string())),
+            (None, Some(_)) => (
+                None,
+                Some("no key ring given: the plaintext is not shown".to_owned()),
+            ),
+            (Some(keys), Some(_)) => match open(keys, body) {
+                Ok(plaintext) => (decode_payload(None, &plaintext).ok().map(|(payload, _)| payload), None),
+                Err(error) => (None, Some(error.to_string())),
+            },
+        };
+        Some(Self {
+            key_id,
+            payload,
+            note,
+        })
+    }
+
+    /// The key id the body's header names; `None` when the body is not the framing.
+    pub fn key_id(&self) -> Option<&str> {
+        self.key_id.as_deref()
+    }
+
+    /// The decoded plaintext, when the key ring opened it.
+    pub fn payload(&self) -> Option<&Value> {
+        self.payload.as_ref()
+    }
+
+    /// Why the plaintext is not shown.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
 }
 
 /// The body as a handler would get it, with a note when it is shown as raw bytes; see
@@ -1089,6 +1177,51 @@ mod tests {
                 .starts_with("body: not valid JSON for content type application/json: ")
         );
         assert_eq!(error.field(), None);
+    }
+
+    #[cfg(feature = "encryption")]
+    #[test]
+    fn an_encrypted_body_shows_its_key_id_and_with_the_ring_its_plaintext() {
+        use crate::codec::encrypted::{ENCRYPTED_CONTENT_TYPE, seal};
+        use crate::codec::keyring::KeyRing;
+        let keys = KeyRing::new("k1", &[7; 32]).unwrap();
+        let other = KeyRing::new("k2", &[8; 32]).unwrap();
+        let encrypted = Some(ENCRYPTED_CONTENT_TYPE);
+        let view = |body: &[u8], keys| {
+            serde_json::to_value(EncryptedView::of(encrypted, body, keys).unwrap()).unwrap()
+        };
+        let body = seal(&keys, b"{\"id\":\"o-1\"}").unwrap();
+        assert_eq!(
+            view(&body, Some(&keys)),
+            json!({"key_id": "k1", "payload": {"id": "o-1"}, "note": null})
+        );
+        assert_eq!(
+            view(&body, None),
+            json!({"key_id": "k1", "payload": null, "note": "no key ring given: the plaintext is not shown"})
+        );
+        let unknown = view(&body, Some(&other));
+        assert_eq!(unknown["key_id"], "k1");
+        assert!(
+            unknown["note"].as_str().unwrap().contains("it holds k2"),
+            "{unknown}"
+        );
+        let text = seal(&keys, b"plain words").unwrap();
+        assert_eq!(view(&text, Some(&keys))["payload"], "plain words");
+        let binary = seal(&keys, &[0xff, 0x00]).unwrap();
+        assert_eq!(
+            view(&binary, Some(&keys))["payload"],
+            json!({"base64": "/wA="})
+        );
+        let plain = view(b"{}", Some(&keys));
+        assert_eq!(plain["key_id"], Value::Null);
+        assert!(
+            plain["note"]
+                .as_str()
+                .unwrap()
+                .starts_with("not an encrypted AceMQ body")
+        );
+        assert!(EncryptedView::of(Some("application/json"), &body, Some(&keys)).is_none());
+        assert!(EncryptedView::of(None, &body, Some(&keys)).is_none());
     }
 
     #[test]

@@ -133,6 +133,10 @@
 //!   OpenTelemetry (tracing spans bridged by `tracing-opentelemetry`).
 //! - `prometheus`: the metrics in the Prometheus text format
 //!   ([`telemetry::prometheus`](crate::telemetry)).
+//! - `encryption`: the encrypted codec `application/vnd.acemq.encrypted` (AES-GCM through
+//!   RustCrypto's audited `aes-gcm`, the framing of every AceMQ port) wrapping any other codec
+//!   (`codec::encrypted`), its key ring read from bytes, a key file or an environment variable
+//!   (`codec::keyring`), and the operator's view of encrypted bodies (`inspect::EncryptedView`).
 //!
 //! # Further reading
 //!

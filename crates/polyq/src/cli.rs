@@ -10,5 +10,6 @@ pub(crate) mod dlq;
 pub(crate) mod doctor;
 pub(crate) mod estate;
 pub(crate) mod idempotency;
+pub(crate) mod keys;
 pub(crate) mod outbox;
 pub(crate) mod payload;

@@ -366,3 +366,93 @@ fn decode_shows_every_format_beside_what_reading_it_needs() {
         "encrypted with key id `orders-1`: shown as raw bytes; reading it needs that key"
     );
 }
+
+/// The key file of the encrypted-body tests: `k-new` current, `k-old` kept for reading.
+const KEY_FILE: &str = "# test keys\n\
+    k-new = IiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiIiI=\n\
+    k-old = hex:1111111111111111111111111111111111111111111111111111111111111111\n";
+
+/// A message JSON whose body is `plaintext` encrypted with `k-old` of [`KEY_FILE`].
+fn encrypted_message(plaintext: &[u8]) -> Value {
+    let keys = acemq::codec::keyring::KeyRing::new("k-old", &[0x11; 32]).unwrap();
+    let body = acemq::codec::encrypted::seal(&keys, plaintext).unwrap();
+    let body = polyq_amqp::message_json::body_to_json(&body);
+    json!({
+        "exchange": "",
+        "routing_key": "cards.stored",
+        "properties": {"message_id": "m-9", "content_type": "application/vnd.acemq.encrypted"},
+        "headers": {"x-acemq-id": "m-9"},
+        "body": body,
+    })
+}
+
+#[test]
+fn decode_shows_an_encrypted_body_by_key_id_and_with_the_key_file_its_plaintext() {
+    let dir = std::env::temp_dir().join(polyq_testkit::unique_name("polyq-acemq-cli-keys"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("keys.txt");
+    std::fs::write(&key_file, KEY_FILE).unwrap();
+    let message = encrypted_message(br#"{"card":"4111"}"#).to_string();
+
+    let without = success(&["acemq", "decode"], &message);
+    assert_eq!(without["payload"], message_body(&message), "the raw bytes");
+    assert_eq!(
+        without["encrypted"],
+        json!({"key_id": "k-old", "payload": null, "note": "no key ring given: the plaintext is not shown"})
+    );
+    let key_file = key_file.to_str().unwrap();
+    let output = polyq(&["acemq", "decode", "--key-file", key_file], &message);
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    let with: Value = serde_json::from_str(&printed).expect("JSON on stdout");
+    assert_eq!(
+        with["encrypted"],
+        json!({"key_id": "k-old", "payload": {"card": "4111"}, "note": null})
+    );
+    assert_eq!(
+        with["payload"], without["payload"],
+        "the raw bytes beside it"
+    );
+    for key in ["IiIiIiIi", "11111111", "\"\\u0011"] {
+        assert!(!printed.contains(key), "a key was printed: {printed}");
+    }
+
+    // A key the file does not hold: the key id and why, never delivered as plaintext.
+    std::fs::write(
+        dir.join("other.txt"),
+        "k-other = hex:".to_owned() + &"33".repeat(16),
+    )
+    .unwrap();
+    let other = dir.join("other.txt");
+    let unknown = success(
+        &["acemq", "decode", "--key-file", other.to_str().unwrap()],
+        &message,
+    );
+    assert_eq!(unknown["encrypted"]["payload"], Value::Null);
+    assert!(
+        unknown["encrypted"]["note"].as_str().unwrap().starts_with(
+            "encrypted with key `k-old`, which is not in the key ring (it holds k-other)"
+        ),
+        "{unknown}"
+    );
+
+    // A key file that is not one is refused, naming the file and the entry, not the key.
+    std::fs::write(dir.join("bad.txt"), "k-bad = c2VjcmV0\n").unwrap();
+    let bad = dir.join("bad.txt");
+    let error = failure(
+        &["acemq", "decode", "--key-file", bad.to_str().unwrap()],
+        &message,
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(error.contains("--key-file"), "{error}");
+    assert!(error.contains("bad.txt, entry 1"), "{error}");
+    assert!(
+        error.contains("16, 24 or 32 bytes and this one is 6"),
+        "{error}"
+    );
+    assert!(!error.contains("c2VjcmV0"), "{error}");
+}
+
+/// The `body` of a message JSON text.
+fn message_body(message: &str) -> Value {
+    serde_json::from_str::<Value>(message).unwrap()["body"].clone()
+}

@@ -574,3 +574,63 @@ fn one_management_url_for_several_rabbitmq_brokers_is_refused() {
     assert!(stderr.contains("--management-url"), "{stderr}");
     assert!(stderr.contains("2 are given"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_message_page_shows_an_encrypted_body_in_plaintext_with_the_key_file() {
+    use polyq_amqp::{Client, FieldValue, OutgoingMessage, Properties};
+    let rabbit = Rabbit::new("encrypted").await;
+    let keys = acemq::codec::keyring::KeyRing::new("k-old", &[0x11; 32]).unwrap();
+    let body = acemq::codec::encrypted::seal(&keys, br#"{"card":"4111-plaintext"}"#).unwrap();
+    let mut properties = Properties {
+        message_id: Some("m-1".to_owned()),
+        content_type: Some("application/vnd.acemq.encrypted".to_owned()),
+        ..Properties::default()
+    };
+    properties
+        .headers
+        .insert("x-acemq-id".to_owned(), FieldValue::from("m-1"));
+    let client = Client::connect(&rabbit.url).await.unwrap();
+    client
+        .publish(OutgoingMessage::new(
+            "",
+            rabbit.dlq.as_str(),
+            properties,
+            body,
+        ))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    client.close().await.unwrap();
+    let key_file = std::env::temp_dir().join(format!("{}.keys", rabbit.dlq));
+    std::fs::write(&key_file, format!("k-old = hex:{}\n", "11".repeat(32))).unwrap();
+    let path = format!("/message?b=0&q={}&pos=0&id=m-1", rabbit.dlq);
+
+    let page = |console: Console| {
+        let url = console.url(&path);
+        async move {
+            let page = http().get(url).send().await.unwrap();
+            assert_eq!(page.status(), StatusCode::OK);
+            let text = page.text().await.unwrap();
+            drop(console);
+            text
+        }
+    };
+    let without = page(console_for(&rabbit, &["--token", TOKEN])).await;
+    let with = page(console_for(
+        &rabbit,
+        &["--token", TOKEN, "--key-file", key_file.to_str().unwrap()],
+    ))
+    .await;
+    std::fs::remove_file(&key_file).unwrap();
+    assert!(
+        without.contains("k-old") && without.contains("no key ring given"),
+        "{without}"
+    );
+    assert!(!without.contains("4111-plaintext"), "{without}");
+    assert!(
+        with.contains("k-old") && with.contains("4111-plaintext"),
+        "{with}"
+    );
+    assert!(!with.contains(&"11".repeat(32)), "a key was shown");
+}

@@ -675,3 +675,76 @@ async fn show_puts_each_format_beside_its_raw_bytes() {
     // shows the bytes, as a binary format's.
     assert_eq!(shown[1]["message"]["body"], "\0\0\0\0\u{7}\u{6}o-1");
 }
+
+#[tokio::test]
+async fn an_encrypted_dead_letter_shows_its_key_id_and_with_the_key_file_its_plaintext() {
+    let rabbit = Rabbit::new("encrypted").await;
+    let keys = acemq::codec::keyring::KeyRing::new("k-old", &[0x11; 32]).unwrap();
+    let body = acemq::codec::encrypted::seal(&keys, br#"{"card":"4111"}"#).unwrap();
+    let mut properties = Properties {
+        message_id: Some("m-enc".to_owned()),
+        content_type: Some("application/vnd.acemq.encrypted".to_owned()),
+        ..Properties::default()
+    };
+    for (name, value) in [
+        ("x-acemq-id", "m-enc"),
+        (
+            "x-acemq-error",
+            "could not be decoded: encrypted with key `k-old`, which is not in the key ring",
+        ),
+    ] {
+        properties
+            .headers
+            .insert(name.to_owned(), FieldValue::from(value));
+    }
+    let client = Client::connect(&rabbit.url).await.unwrap();
+    client
+        .publish(OutgoingMessage::new(
+            "",
+            rabbit.dlq.as_str(),
+            properties,
+            body.clone(),
+        ))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    client.close().await.unwrap();
+    let key_file = std::env::temp_dir().join(format!("{}.keys", rabbit.dlq));
+    std::fs::write(
+        &key_file,
+        format!(
+            "k-new = hex:{}\nk-old = hex:{}\n",
+            "22".repeat(32),
+            "11".repeat(32)
+        ),
+    )
+    .unwrap();
+
+    let show = ["dlq", "show", "--url", &rabbit.url, "--queue", &rabbit.dlq];
+    let without = run(&show);
+    assert_eq!(
+        without[0]["decoded"]["encrypted"],
+        json!({"key_id": "k-old", "payload": null, "note": "no key ring given: the plaintext is not shown"})
+    );
+    let mut with_keys = show.to_vec();
+    with_keys.extend(["--key-file", key_file.to_str().unwrap()]);
+    let output = polyq(&with_keys);
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    let with = run(&with_keys);
+    std::fs::remove_file(&key_file).unwrap();
+    assert_eq!(
+        with[0]["decoded"]["encrypted"],
+        json!({"key_id": "k-old", "payload": {"card": "4111"}, "note": null})
+    );
+    assert_eq!(
+        with[0]["message"], without[0]["message"],
+        "the raw bytes beside it"
+    );
+    assert!(!printed.contains(&"11".repeat(32)) && !printed.contains(&"22".repeat(32)));
+    assert_eq!(
+        rabbit.ids_in(&rabbit.dlq).await,
+        ["m-enc"],
+        "nothing consumed"
+    );
+}

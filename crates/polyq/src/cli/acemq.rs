@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::cli::connect::{AmqpBroker, ResendArgs};
+use crate::cli::keys::{KeyFileArg, show_encrypted};
 use crate::cli::payload::PayloadArg;
 use acemq::inspect::{self, Inspection};
 use acemq::time::OffsetDateTime;
@@ -28,7 +29,9 @@ pub(crate) enum Command {
     /// Output keys: id, type, version, correlation_id, causation_id, attempt, first_seen (epoch
     /// ms), age_ms, origin, error, claim, route, itinerary, replayed_from, replayed_at (RFC
     /// 3339), replay_count, headers (the application headers), content_type and payload (the
-    /// decoded body); absent values are null.
+    /// decoded body); absent values are null. An encrypted body (application/vnd.acemq.encrypted)
+    /// adds `encrypted`: its key id, and with --key-file its plaintext decoded (or a note saying
+    /// why not), beside the raw bytes in `payload`.
     Decode {
         /// Message JSON file, or `-` for standard input.
         #[arg(default_value = "-")]
@@ -37,6 +40,8 @@ pub(crate) enum Command {
         /// epoch milliseconds. Default: now.
         #[arg(long)]
         now: Option<String>,
+        #[command(flatten)]
+        keys: KeyFileArg,
     },
     /// Print the wire message (message JSON) for envelope fields, routing key and payload.
     ///
@@ -145,12 +150,15 @@ pub(crate) enum Command {
 /// Runs one `polyq acemq` command.
 pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let output = match command {
-        Command::Decode { file, now } => {
+        Command::Decode { file, now, keys } => {
+            let keys = keys.load()?;
             let message = MessageJson::parse(&read_input(&file)?)?;
-            serde_json::to_string_pretty(&Inspection::of_message(
+            let mut decoded = serde_json::to_value(Inspection::of_message(
                 &message,
                 parse_now(now.as_deref())?,
-            )?)?
+            )?)?;
+            show_encrypted(&mut decoded, &message, keys.as_ref());
+            serde_json::to_string_pretty(&decoded)?
         }
         Command::Encode { file, origin, now } => {
             let input: Value = serde_json::from_str(&read_input(&file)?)

@@ -21,6 +21,7 @@ use crate::cli::babel::Layout;
 use crate::cli::connect::TlsArgs;
 use crate::cli::dlq::store::{BrokerArgs, Store};
 use crate::cli::estate::{ManagementArgs, is_rabbitmq_url};
+use crate::cli::keys::KeyFileArg;
 
 /// The `console` command.
 #[derive(Debug, clap::Args)]
@@ -52,6 +53,8 @@ pub(crate) struct Console {
     /// Shows everything and refuses every action.
     #[arg(long)]
     read_only: bool,
+    #[command(flatten)]
+    keys: KeyFileArg,
     /// The audit log: one JSON object per action, appended.
     #[arg(long, value_name = "FILE", default_value = "polyq-console-audit.jsonl")]
     audit_log: PathBuf,
@@ -76,6 +79,8 @@ pub(crate) struct App {
     pub(crate) read_only: bool,
     pub(crate) audit: audit::Audit,
     pub(crate) metrics: acemq::telemetry::prometheus::PrometheusHandle,
+    /// The key ring of `--key-file`: encrypted AceMQ bodies are shown in plaintext.
+    pub(crate) keys: Option<acemq::codec::keyring::KeyRing>,
 }
 
 impl App {
@@ -93,6 +98,7 @@ impl App {
 
 /// Starts the console and serves until interrupted.
 pub(crate) async fn run(console: Console) -> anyhow::Result<ExitCode> {
+    let keys = console.keys.load()?;
     let mut named = console.queues;
     if let Some(path) = &console.topology {
         named.extend(crate::cli::dlq::set_aside_queues(path)?);
@@ -138,6 +144,7 @@ pub(crate) async fn run(console: Console) -> anyhow::Result<ExitCode> {
         read_only: console.read_only,
         audit: audit::Audit::open(console.audit_log)?,
         metrics,
+        keys,
     });
     eprintln!("polyq console: listening on http://{address}/");
     if let Some(token) = generated {

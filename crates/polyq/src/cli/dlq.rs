@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use crate::cli::babel::progress::Counted;
 use crate::cli::estate::{self, ManagementArgs};
+use crate::cli::keys::KeyFileArg;
 use render::{Output, Progress};
 pub(crate) use row::Family;
 use row::{Row, Selection};
@@ -69,6 +70,8 @@ pub(crate) enum Command {
         selection: Selection,
         #[command(flatten)]
         output: OutputArgs,
+        #[command(flatten)]
+        keys: KeyFileArg,
     },
     /// The failures of a dead-letter queue grouped by error fingerprint.
     Groups {
@@ -192,15 +195,21 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             limit,
             selection,
             output,
+            keys,
         } => {
+            let keys = keys.load()?;
             // Without a filter the first `limit` messages are the page: only they are read.
             let read = limit
                 .filter(|_| selection.is_everything())
                 .map(|limit| u64::try_from(limit).unwrap_or(u64::MAX));
             let store = Store::open(&broker).await?;
             let rows = selected_of(&store, &queue, &selection, read).await?;
-            let shown = rows.iter().take(limit.unwrap_or(usize::MAX));
-            output.output().rows(shown)?;
+            let shown: Vec<Row> = rows
+                .into_iter()
+                .take(limit.unwrap_or(usize::MAX))
+                .map(|row| row.with_keys(keys.as_ref()))
+                .collect();
+            output.output().rows(shown.iter())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Groups {

@@ -14,9 +14,17 @@
 //! project's Protobuf, whose derive macros give a message type without `protoc` at build time)
 //! and `apache-avro` (the Apache Avro project's own Rust library, with schema resolution and
 //! serde support).
+//!
+//! With the feature `encryption`, [`encrypted::Encrypted`] wraps any of them in AES-GCM
+//! (`application/vnd.acemq.encrypted`) with the keys of a [`keyring::KeyRing`].
 
 use std::future::Future;
 use std::pin::Pin;
+
+#[cfg(feature = "encryption")]
+pub mod encrypted;
+#[cfg(feature = "encryption")]
+pub mod keyring;
 
 use bytes::Bytes;
 use serde::Serialize;

@@ -11,6 +11,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::store::Stored;
+use crate::cli::keys::show_encrypted;
+use acemq::codec::keyring::KeyRing;
 
 /// The family a message belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -113,10 +115,11 @@ impl Row {
         now: OffsetDateTime,
     ) -> Self {
         let inspection = acemq::inspect::Inspection::of_message(&message, now);
-        let decoded = match &inspection {
+        let mut decoded = match &inspection {
             Ok(inspection) => serde_json::to_value(inspection).unwrap_or(Value::Null),
             Err(error) => serde_json::json!({"error": polyq_amqp::error_chain(error)}),
         };
+        show_encrypted(&mut decoded, &message, None);
         let envelope = acemq::Envelope::from_headers_at(
             &message.properties.headers,
             &message.routing_key,
@@ -148,6 +151,14 @@ impl Row {
             dead_letter: None,
             message,
         }
+    }
+
+    /// The row with its encrypted AceMQ body, if any, opened with `keys`.
+    pub(crate) fn with_keys(mut self, keys: Option<&KeyRing>) -> Self {
+        if self.summary.family == Family::Acemq && keys.is_some() {
+            show_encrypted(&mut self.decoded, &self.message, keys);
+        }
+        self
     }
 
     fn babel(
