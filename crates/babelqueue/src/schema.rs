@@ -404,8 +404,22 @@ impl SchemaProvider for MapProvider {
 #[derive(Debug)]
 pub struct RegistryProvider {
     dir: PathBuf,
+    entries: Vec<RegistryEntry>,
     files: HashMap<String, String>,
     cache: Mutex<HashMap<String, Arc<Value>>>,
+}
+
+/// One URN of a registry manifest, in manifest order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryEntry {
+    /// The message URN.
+    pub urn: String,
+    /// The schema file, relative to the registry directory.
+    pub schema: String,
+    /// The owning team, when the manifest names one.
+    pub owner: Option<String>,
+    /// The lifecycle status (`active`, `deprecated`, ...), when the manifest gives one.
+    pub status: Option<String>,
 }
 
 impl RegistryProvider {
@@ -428,22 +442,47 @@ impl RegistryProvider {
         let Value::Object(manifest) = manifest else {
             return Err("the registry manifest is not a JSON object".to_owned());
         };
-        let files = manifest
+        let text_of = |entry: &Value, key: &str| {
+            entry
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let entries: Vec<RegistryEntry> = manifest
             .get("schemas")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(|entry| {
-                let urn = entry.get("urn")?.as_str().filter(|s| !s.is_empty())?;
-                let file = entry.get("schema")?.as_str().filter(|s| !s.is_empty())?;
-                Some((urn.to_owned(), file.to_owned()))
+                Some(RegistryEntry {
+                    urn: text_of(entry, "urn")?,
+                    schema: text_of(entry, "schema")?,
+                    owner: text_of(entry, "owner"),
+                    status: text_of(entry, "status"),
+                })
             })
+            .collect();
+        let files = entries
+            .iter()
+            .map(|entry| (entry.urn.clone(), entry.schema.clone()))
             .collect();
         Ok(Self {
             dir,
+            entries,
             files,
             cache: Mutex::default(),
         })
+    }
+
+    /// The URNs of the manifest, in its order.
+    pub fn entries(&self) -> &[RegistryEntry] {
+        &self.entries
+    }
+
+    /// The directory the registry was read from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 }
 
@@ -568,6 +607,8 @@ mod tests {
         )
         .unwrap();
         let provider = RegistryProvider::open(&dir).unwrap();
+        assert_eq!(provider.entries()[0].owner.as_deref(), Some("team"));
+        assert_eq!(provider.entries()[1].status, None);
         assert!(validate(&provider, "urn:babel:a:b", &json!({"id": 1})).is_ok());
         assert!(matches!(
             validate(&provider, "urn:babel:a:b", &json!({})),

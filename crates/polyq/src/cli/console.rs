@@ -52,6 +52,10 @@ pub(crate) struct Console {
     /// Shows everything and refuses every action.
     #[arg(long)]
     read_only: bool,
+    /// A babelqueue-registry directory: the fields its schemas mark `x-gdpr-sensitive` are
+    /// masked on every message page (a string keeps its first character and `***`).
+    #[arg(long, value_name = "DIR")]
+    registry: Option<PathBuf>,
     /// The audit log: one JSON object per action, appended.
     #[arg(long, value_name = "FILE", default_value = "polyq-console-audit.jsonl")]
     audit_log: PathBuf,
@@ -76,6 +80,8 @@ pub(crate) struct App {
     pub(crate) read_only: bool,
     pub(crate) audit: audit::Audit,
     pub(crate) metrics: acemq::telemetry::prometheus::PrometheusHandle,
+    /// The registry whose sensitive fields message pages mask.
+    pub(crate) registry: Option<crate::cli::babel::registry::Registry>,
 }
 
 impl App {
@@ -93,6 +99,14 @@ impl App {
 
 /// Starts the console and serves until interrupted.
 pub(crate) async fn run(console: Console) -> anyhow::Result<ExitCode> {
+    let registry = console
+        .registry
+        .as_deref()
+        .map(|dir| {
+            crate::cli::babel::registry::open_registry(dir)
+                .map(crate::cli::babel::registry::Registry::masking)
+        })
+        .transpose()?;
     let mut named = console.queues;
     if let Some(path) = &console.topology {
         named.extend(crate::cli::dlq::set_aside_queues(path)?);
@@ -138,6 +152,7 @@ pub(crate) async fn run(console: Console) -> anyhow::Result<ExitCode> {
         read_only: console.read_only,
         audit: audit::Audit::open(console.audit_log)?,
         metrics,
+        registry,
     });
     eprintln!("polyq console: listening on http://{address}/");
     if let Some(token) = generated {

@@ -26,6 +26,7 @@ use polyq_amqp::MessageJson;
 use serde_json::Value;
 
 use crate::cli::babel::progress::Counted;
+use crate::cli::babel::registry::Registry;
 use crate::cli::estate::{self, ManagementArgs};
 use render::{Output, Progress};
 pub(crate) use row::Family;
@@ -69,6 +70,10 @@ pub(crate) enum Command {
         selection: Selection,
         #[command(flatten)]
         output: OutputArgs,
+        /// A babelqueue-registry directory: the fields its schemas mark `x-gdpr-sensitive` are
+        /// masked in what is shown (a string keeps its first character and `***`).
+        #[arg(long, value_name = "DIR")]
+        registry: Option<PathBuf>,
     },
     /// The failures of a dead-letter queue grouped by error fingerprint.
     Groups {
@@ -192,14 +197,24 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             limit,
             selection,
             output,
+            registry,
         } => {
+            let registry = registry
+                .map(|dir| crate::cli::babel::registry::open_registry(&dir).map(Registry::masking))
+                .transpose()?;
             // Without a filter the first `limit` messages are the page: only they are read.
             let read = limit
                 .filter(|_| selection.is_everything())
                 .map(|limit| u64::try_from(limit).unwrap_or(u64::MAX));
             let store = Store::open(&broker).await?;
-            let rows = selected_of(&store, &queue, &selection, read).await?;
-            let shown = rows.iter().take(limit.unwrap_or(usize::MAX));
+            let mut rows = selected_of(&store, &queue, &selection, read).await?;
+            rows.truncate(limit.unwrap_or(usize::MAX));
+            if let Some(registry) = &registry {
+                for row in &mut rows {
+                    row.mask(registry)?;
+                }
+            }
+            let shown = rows.iter();
             output.output().rows(shown)?;
             Ok(ExitCode::SUCCESS)
         }
