@@ -240,7 +240,7 @@ impl Error {
         matches!(self, Error::InvalidPayload { .. })
     }
 
-    /// Whether a protected field could not be read back ([`Error::Gdpr`] of a decryption,
+    /// Whether a protected field could not be read back (`Error::Gdpr` of a decryption,
     /// feature `gdpr`): a wrong or missing key, or a tampered or foreign value.
     pub fn is_decrypt(&self) -> bool {
         match self {

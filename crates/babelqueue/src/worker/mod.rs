@@ -316,7 +316,7 @@ impl<T: Transport> Worker<T> {
     /// the delivery as a handler error would, with the violation (URN, pointer, rule) as the
     /// error and `InvalidPayloadError` as its type: retried below `max_attempts`, then
     /// dead-lettered with that reason. A retry and the dead-letter queue carry the body as it
-    /// arrived. With [`Worker::unprotect_payloads`] the cleartext is validated. Default: off.
+    /// arrived. With `unprotect_payloads` (feature `gdpr`) the cleartext is validated. Default: off.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
