@@ -332,7 +332,8 @@ impl<T: Transport> Worker<T> {
     ///     .connect()
     ///     .await?;
     /// queue.publish(urn, &json!({"order_id": "seven"})).await?;
-    /// let schemas = MapProvider::new().with(urn, json!({"properties": {"order_id": {"type": "integer"}}}));
+    /// let schema = json!({"type": "object", "properties": {"order_id": {"type": "integer"}}});
+    /// let schemas = MapProvider::new().with(urn, schema);
     /// let report = queue
     ///     .worker()
     ///     .validate_payloads(Arc::new(schemas))
@@ -340,7 +341,7 @@ impl<T: Transport> Worker<T> {
     ///     .handle(urn, |_job| async { Ok::<_, babelqueue::Error>(()) })
     ///     .consume(1, Duration::from_millis(200))
     ///     .await?;
-    /// assert_eq!(report.dead_lettered, 1);
+    /// assert_eq!(report.dead_lettered, 1, "{report:?}");
     /// # Ok(())
     /// # }
     /// ```
