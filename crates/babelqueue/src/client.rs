@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::payload::{PayloadRules, SharedProvider};
 use crate::redrive::{RedriveOptions, RedriveReport};
 use crate::transport::{AnyTransport, ConnectOptions, Health, RedisLayout, Transport};
 use crate::worker::Worker;
@@ -43,6 +44,7 @@ use crate::{Envelope, MakeOptions, Message, Result};
 pub struct BabelQueue<T: Transport = AnyTransport> {
     transport: Arc<T>,
     queue: String,
+    payload: PayloadRules,
 }
 
 impl<T: Transport> Clone for BabelQueue<T> {
@@ -50,6 +52,7 @@ impl<T: Transport> Clone for BabelQueue<T> {
         Self {
             transport: self.transport.clone(),
             queue: self.queue.clone(),
+            payload: self.payload.clone(),
         }
     }
 }
@@ -58,6 +61,7 @@ impl<T: Transport> std::fmt::Debug for BabelQueue<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BabelQueue")
             .field("queue", &self.queue)
+            .field("payload", &self.payload)
             .finish_non_exhaustive()
     }
 }
@@ -143,12 +147,65 @@ impl<T: Transport> BabelQueue<T> {
         Self {
             transport,
             queue: queue.into(),
+            payload: PayloadRules::default(),
         }
     }
 
-    /// The same connection, another queue.
+    /// The same connection and payload options, another queue.
     pub fn on_queue(&self, queue: impl Into<String>) -> Self {
-        Self::with_shared_transport(self.transport.clone(), queue)
+        Self {
+            queue: queue.into(),
+            ..self.clone()
+        }
+    }
+
+    /// Refuses to publish a payload that breaks its URN's schema (ADR-0024, producer side):
+    /// [`BabelQueue::publish`], [`publish_with`](BabelQueue::publish_with) and
+    /// [`publish_message`](BabelQueue::publish_message) validate `data` against `provider`'s
+    /// schema for the URN before anything reaches the broker; a URN with no schema is published
+    /// unchecked. [`BabelQueue::publish_envelope`] sends an envelope as it is. Default: off.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> babelqueue::Result<()> {
+    /// use std::sync::Arc;
+    /// use babelqueue::schema::MapProvider;
+    /// use serde_json::json;
+    ///
+    /// let schemas = MapProvider::new().with(
+    ///     "urn:babel:orders:created",
+    ///     json!({"type": "object", "required": ["order_id"]}),
+    /// );
+    /// let queue = babelqueue::BabelQueue::builder("memory://doc-validate")
+    ///     .queue("orders")
+    ///     .connect()
+    ///     .await?
+    ///     .validate_payloads(Arc::new(schemas));
+    /// let refused = queue.publish("urn:babel:orders:created", &json!({"note": "no id"})).await;
+    /// let error = refused.unwrap_err();
+    /// assert!(error.is_invalid_payload());
+    /// assert!(error.to_string().contains("/order_id: missing_required"));
+    /// queue.publish("urn:babel:orders:created", &json!({"order_id": 7})).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn validate_payloads(mut self, provider: SharedProvider) -> Self {
+        self.payload.validate_with(provider);
+        self
+    }
+
+    /// Encrypts, on publish, each field the URN's schema in `provider` marks
+    /// `x-gdpr-sensitive` with `cipher` (ADR-0030, feature `gdpr`), after validation when
+    /// [`BabelQueue::validate_payloads`] is set; see [`crate::gdpr::protect`]. Applies to the
+    /// same publish methods as validation. Default: off.
+    #[cfg(feature = "gdpr")]
+    pub fn protect_payloads(
+        mut self,
+        provider: SharedProvider,
+        cipher: Arc<dyn crate::gdpr::Cipher>,
+    ) -> Self {
+        self.payload.protect_with(provider, cipher);
+        self
     }
 
     /// The queue name.
@@ -198,7 +255,9 @@ impl<T: Transport> BabelQueue<T> {
     /// this queue, publishes it, waits for the broker to take it, and returns it.
     ///
     /// # Errors
-    /// As [`crate::make`], or the binding's error when the broker does not take it.
+    /// As [`crate::make`]; [`crate::Error::InvalidPayload`] or (feature `gdpr`)
+    /// `Error::Gdpr` under the payload options; the binding's error when the broker does not
+    /// take it.
     pub async fn publish<D: Serialize + ?Sized>(&self, urn: &str, data: &D) -> Result<Envelope> {
         self.publish_with(urn, data, MakeOptions::new(), &[]).await
     }
@@ -215,7 +274,8 @@ impl<T: Transport> BabelQueue<T> {
         options: MakeOptions,
         headers: &[(String, String)],
     ) -> Result<Envelope> {
-        let envelope = crate::make(urn, data, options.queue(self.queue.as_str()))?;
+        let mut envelope = crate::make(urn, data, options.queue(self.queue.as_str()))?;
+        self.payload.outgoing(&mut envelope)?;
         self.publish_envelope(&envelope, headers).await?;
         Ok(envelope)
     }
@@ -225,7 +285,8 @@ impl<T: Transport> BabelQueue<T> {
     /// # Errors
     /// As [`BabelQueue::publish`].
     pub async fn publish_message<M: Message + ?Sized>(&self, message: &M) -> Result<Envelope> {
-        let envelope = message.to_envelope(MakeOptions::new().queue(self.queue.as_str()))?;
+        let mut envelope = message.to_envelope(MakeOptions::new().queue(self.queue.as_str()))?;
+        self.payload.outgoing(&mut envelope)?;
         self.publish_envelope(&envelope, &[]).await?;
         Ok(envelope)
     }

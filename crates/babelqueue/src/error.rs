@@ -84,6 +84,18 @@ pub enum Error {
         /// The first violation, with its pointer.
         violation: crate::schema::Violation,
     },
+    /// A field `x-gdpr-sensitive` marks could not be encrypted on publish or decrypted on
+    /// consume (feature `gdpr`); the source names the field and the cipher's reason. A worker
+    /// retries the message, then dead-letters it with that reason.
+    #[cfg(feature = "gdpr")]
+    #[error("the sensitive fields of {urn:?}")]
+    Gdpr {
+        /// The message URN.
+        urn: String,
+        /// Which field, and why.
+        #[source]
+        source: crate::gdpr::Error,
+    },
     /// A schema registry could not be read.
     #[error("schema registry {path}: {message}")]
     Registry {
@@ -219,6 +231,21 @@ impl Error {
             Error::Redis { kind, .. } => *kind == RedisErrorKind::Connection,
             Error::NotPublished { .. } | Error::Store(_) | Error::StoreFailed { .. } => true,
             Error::Redrive { source, .. } => source.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Whether `data` breaks its URN's schema ([`Error::InvalidPayload`]).
+    pub fn is_invalid_payload(&self) -> bool {
+        matches!(self, Error::InvalidPayload { .. })
+    }
+
+    /// Whether a protected field could not be read back (`Error::Gdpr` of a decryption,
+    /// feature `gdpr`): a wrong or missing key, or a tampered or foreign value.
+    pub fn is_decrypt(&self) -> bool {
+        match self {
+            #[cfg(feature = "gdpr")]
+            Error::Gdpr { source, .. } => source.is_decrypt(),
             _ => false,
         }
     }

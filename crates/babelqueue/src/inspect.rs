@@ -101,6 +101,12 @@ impl Inspection {
         self.decoded.as_ref().map(|decoded| &decoded.envelope)
     }
 
+    /// The envelope, to change what is shown (decrypted or masked fields); the verdict stays
+    /// the one on the body as it came.
+    pub fn envelope_mut(&mut self) -> Option<&mut Envelope> {
+        self.decoded.as_mut().map(|decoded| &mut decoded.envelope)
+    }
+
     /// What the decode dropped or ignored.
     pub fn warnings(&self) -> &[Warning] {
         self.decoded

@@ -54,7 +54,9 @@
 //!   reports them.
 //! - The optional helpers: [`idempotency`] (dedupe on `meta.id`, a worker option, with
 //!   in-memory, Redis and PostgreSQL stores, and a seen-set on MariaDB or MySQL), [`schema`]
-//!   (payload schemas per URN), [`urn`] (the recommended URN form, a lint).
+//!   (payload schemas per URN, enforced by the worker's `validate_payloads` and the client's
+//!   option of the same name, the `x-gdpr-sensitive` inventory and masking), `gdpr` (field
+//!   encryption, feature `gdpr`), [`urn`] (the recommended URN form, a lint).
 //!
 //! ## The transports: where bytes meet each broker
 //!
@@ -96,6 +98,11 @@
 //! - `mysql`: the seen-set idempotency store on MariaDB or MySQL (`idempotency::MySqlStore`) and
 //!   the conformance runner's `idempotency/mysql` sequences; no claiming store and no outbox on
 //!   MariaDB.
+//! - `gdpr`: GDPR field encryption of ADR-0030 (module `gdpr`: `protect`, `unprotect`, the
+//!   reference AES-GCM cipher with retired keys for rotation), the worker's
+//!   `unprotect_payloads` and the client's `protect_payloads`, and `Error::Gdpr`. Payload
+//!   schemas need no feature: the validator, the registry, the sensitive-path inventory and
+//!   masking are plain JSON code with no dependency of their own.
 //!
 //! # Further reading
 //!
@@ -116,9 +123,12 @@ pub mod conformance;
 pub mod dead_letter;
 pub mod doctor;
 mod error;
+#[cfg(feature = "gdpr")]
+pub mod gdpr;
 pub mod idempotency;
 pub mod inspect;
 pub mod outbox;
+mod payload;
 pub mod projection;
 pub mod redrive;
 pub mod schema;
@@ -135,6 +145,7 @@ pub use codec::make::{MakeOptions, Message, make};
 pub use codec::verdict::{Reason, Verdict, classify};
 pub use dead_letter::{DeadLetter, DeadLetterInfo, DeadLetterReason, poison_record};
 pub use error::{Error, PoisonCause, Result};
+pub use payload::SharedProvider;
 
 /// The two body readers behind [`decode`], each on its own, for the differential fuzz target in
 /// `fuzz/` (they must agree on every body the fast one takes). Built only by `cargo fuzz`, which

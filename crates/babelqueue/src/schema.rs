@@ -2,6 +2,11 @@
 //! subset every BabelQueue SDK implements (`type`, `required`, `properties`,
 //! `additionalProperties` (boolean), `items`, `enum`, `const`, `minLength` in Unicode code points,
 //! `minimum`). Unknown keywords are ignored, so every SDK reaches the same verdict.
+//!
+//! The same schemas carry the `x-gdpr-sensitive` marks of ADR-0030: [`sensitive_paths`] is the
+//! inventory of marked properties, [`protected_paths`] the ones field encryption acts on, and
+//! [`mask`] the one-way masking an operator's view applies to them. Everything here is pure: no
+//! I/O except [`RegistryProvider`] reading its directory.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -176,6 +181,189 @@ fn check_object(
     None
 }
 
+/// One step of a [`SensitivePath`]: a property of an object, or every item of an array.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// The property of that name (which may itself contain a dot).
+    Key(String),
+    /// Every item of an array.
+    Items,
+}
+
+/// A property a schema marks `x-gdpr-sensitive`, located from the `data` root.
+///
+/// It is kept as steps rather than as text, so a property whose name contains a dot stays one
+/// property; [`Display`](fmt::Display) writes the registry's notation (`email`,
+/// `profile.full_name`, `addresses[].line`; `""` for the root).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SensitivePath {
+    /// The steps from the `data` root (empty for a mark on the root schema).
+    pub steps: Vec<Step>,
+    /// The category of a `"x-gdpr-sensitive": "<category>"` mark, `None` for `true`.
+    pub category: Option<String>,
+}
+
+impl fmt::Display for SensitivePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, step) in self.steps.iter().enumerate() {
+            match step {
+                Step::Key(key) if i == 0 => f.write_str(key)?,
+                Step::Key(key) => write!(f, ".{key}")?,
+                Step::Items => f.write_str("[]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The category of a node's `x-gdpr-sensitive` mark: `Some(None)` for `true`, `Some(Some(c))`
+/// for a non-empty string, `None` when unmarked (`false`, `""`, any other value).
+fn gdpr_mark(node: &serde_json::Map<String, Value>) -> Option<Option<String>> {
+    match node.get("x-gdpr-sensitive") {
+        Some(Value::Bool(true)) => Some(None),
+        Some(Value::String(category)) if !category.is_empty() => Some(Some(category.clone())),
+        _ => None,
+    }
+}
+
+/// Every property `schema` marks `x-gdpr-sensitive`, through nested `properties` and `items`,
+/// sorted by their written form; a mark on the root schema is listed with no steps. This is the
+/// inventory `polyq babel schema gdpr` prints; [`protected_paths`] is what encryption acts on.
+///
+/// ```
+/// use serde_json::json;
+///
+/// let schema = json!({"type": "object", "properties": {
+///     "email": {"type": "string", "x-gdpr-sensitive": "contact"},
+///     "addresses": {"type": "array", "items": {"properties": {
+///         "line": {"type": "string", "x-gdpr-sensitive": true}}}},
+/// }});
+/// let paths = babelqueue::schema::sensitive_paths(&schema);
+/// let written: Vec<String> = paths.iter().map(ToString::to_string).collect();
+/// assert_eq!(written, ["addresses[].line", "email"]);
+/// assert_eq!(paths[1].category.as_deref(), Some("contact"));
+/// ```
+pub fn sensitive_paths(schema: &Value) -> Vec<SensitivePath> {
+    let mut found = Vec::new();
+    collect_marks(schema, &mut Vec::new(), &mut found, false);
+    found.sort_by_cached_key(ToString::to_string);
+    found
+}
+
+/// The marked properties field encryption acts on: [`sensitive_paths`] without the root mark
+/// (there is no field to replace: `data` stays an object) and without any mark under a marked
+/// container, whose whole value is already encrypted as one (ADR-0030).
+pub fn protected_paths(schema: &Value) -> Vec<SensitivePath> {
+    let mut found = Vec::new();
+    collect_marks(schema, &mut Vec::new(), &mut found, true);
+    found
+}
+
+fn collect_marks(node: &Value, steps: &mut Vec<Step>, found: &mut Vec<SensitivePath>, outer: bool) {
+    let Value::Object(node) = node else {
+        return;
+    };
+    if let Some(category) = gdpr_mark(node) {
+        let at_root = steps.is_empty();
+        if !(outer && at_root) {
+            found.push(SensitivePath {
+                steps: steps.clone(),
+                category,
+            });
+            if outer {
+                return;
+            }
+        }
+    }
+    if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+        for (name, property) in properties {
+            steps.push(Step::Key(name.clone()));
+            collect_marks(property, steps, found, outer);
+            steps.pop();
+        }
+    }
+    if let Some(items) = node.get("items") {
+        steps.push(Step::Items);
+        collect_marks(items, steps, found, outer);
+        steps.pop();
+    }
+}
+
+/// Calls `apply` on every value of `data` at `path`, with its RFC 6901 pointer; an absent
+/// property or a value of another shape than the path expects is skipped (a message need not
+/// carry every optional field).
+///
+/// # Errors
+/// The first error of `apply`, which stops the walk.
+pub(crate) fn visit_path<E>(
+    data: &mut Value,
+    path: &[Step],
+    apply: &mut impl FnMut(&mut Value, &str) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    fn walk<E>(
+        node: &mut Value,
+        rest: &[Step],
+        at: &mut Vec<String>,
+        apply: &mut impl FnMut(&mut Value, &str) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let Some((step, rest)) = rest.split_first() else {
+            let segments: Vec<&str> = at.iter().map(String::as_str).collect();
+            return apply(node, &pointer(&segments));
+        };
+        match (step, node) {
+            (Step::Key(key), Value::Object(map)) => match map.get_mut(key) {
+                Some(child) => {
+                    at.push(key.clone());
+                    let done = walk(child, rest, at, apply);
+                    at.pop();
+                    done
+                }
+                None => Ok(()),
+            },
+            (Step::Items, Value::Array(items)) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    at.push(i.to_string());
+                    let done = walk(item, rest, at, apply);
+                    at.pop();
+                    done?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    if path.is_empty() {
+        return Ok(());
+    }
+    walk(data, path, &mut Vec::new(), apply)
+}
+
+/// Masks, one way, every value of `data` at a [`protected_paths`] path of `schema`, as the
+/// registry tool masks for safe display: a string keeps its first character followed by `***`,
+/// any other value (a number, an object, an array, a boolean, `null`) becomes `"***"`.
+///
+/// ```
+/// use serde_json::json;
+///
+/// let schema = json!({"properties": {
+///     "email": {"x-gdpr-sensitive": true},
+///     "profile": {"x-gdpr-sensitive": "identity"},
+/// }});
+/// let mut data = json!({"email": "alice@example.com", "profile": {"age": 41}, "id": 7});
+/// babelqueue::schema::mask(&mut data, &schema);
+/// assert_eq!(data, json!({"email": "a***", "profile": "***", "id": 7}));
+/// ```
+pub fn mask(data: &mut Value, schema: &Value) {
+    for path in protected_paths(schema) {
+        let masked = visit_path(data, &path.steps, &mut |value, _| {
+            let first = value.as_str().and_then(|text| text.chars().next());
+            *value = Value::String(first.map_or_else(|| "***".to_owned(), |c| format!("{c}***")));
+            Ok::<(), std::convert::Infallible>(())
+        });
+        let Ok(()) = masked;
+    }
+}
+
 /// A source of per-URN `data` schemas.
 pub trait SchemaProvider {
     /// The schema registered for `urn`, or `None` (then the message is not validated).
@@ -216,8 +404,22 @@ impl SchemaProvider for MapProvider {
 #[derive(Debug)]
 pub struct RegistryProvider {
     dir: PathBuf,
+    entries: Vec<RegistryEntry>,
     files: HashMap<String, String>,
     cache: Mutex<HashMap<String, Arc<Value>>>,
+}
+
+/// One URN of a registry manifest, in manifest order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryEntry {
+    /// The message URN.
+    pub urn: String,
+    /// The schema file, relative to the registry directory.
+    pub schema: String,
+    /// The owning team, when the manifest names one.
+    pub owner: Option<String>,
+    /// The lifecycle status (`active`, `deprecated`, ...), when the manifest gives one.
+    pub status: Option<String>,
 }
 
 impl RegistryProvider {
@@ -240,22 +442,47 @@ impl RegistryProvider {
         let Value::Object(manifest) = manifest else {
             return Err("the registry manifest is not a JSON object".to_owned());
         };
-        let files = manifest
+        let text_of = |entry: &Value, key: &str| {
+            entry
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let entries: Vec<RegistryEntry> = manifest
             .get("schemas")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(|entry| {
-                let urn = entry.get("urn")?.as_str().filter(|s| !s.is_empty())?;
-                let file = entry.get("schema")?.as_str().filter(|s| !s.is_empty())?;
-                Some((urn.to_owned(), file.to_owned()))
+                Some(RegistryEntry {
+                    urn: text_of(entry, "urn")?,
+                    schema: text_of(entry, "schema")?,
+                    owner: text_of(entry, "owner"),
+                    status: text_of(entry, "status"),
+                })
             })
+            .collect();
+        let files = entries
+            .iter()
+            .map(|entry| (entry.urn.clone(), entry.schema.clone()))
             .collect();
         Ok(Self {
             dir,
+            entries,
             files,
             cache: Mutex::default(),
         })
+    }
+
+    /// The URNs of the manifest, in its order.
+    pub fn entries(&self) -> &[RegistryEntry] {
+        &self.entries
+    }
+
+    /// The directory the registry was read from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 }
 
@@ -380,6 +607,8 @@ mod tests {
         )
         .unwrap();
         let provider = RegistryProvider::open(&dir).unwrap();
+        assert_eq!(provider.entries()[0].owner.as_deref(), Some("team"));
+        assert_eq!(provider.entries()[1].status, None);
         assert!(validate(&provider, "urn:babel:a:b", &json!({"id": 1})).is_ok());
         assert!(matches!(
             validate(&provider, "urn:babel:a:b", &json!({})),
@@ -395,5 +624,65 @@ mod tests {
             RegistryProvider::open(&dir),
             Err(Error::Registry { .. })
         ));
+    }
+
+    #[test]
+    fn sensitive_paths_list_every_mark_and_protected_paths_the_outermost() {
+        let schema = json!({"x-gdpr-sensitive": true, "properties": {
+            "email": {"x-gdpr-sensitive": "contact"},
+            "plain": {"x-gdpr-sensitive": false},
+            "blank": {"x-gdpr-sensitive": ""},
+            "number": {"x-gdpr-sensitive": 1},
+            "a.b": {"x-gdpr-sensitive": true},
+            "profile": {"x-gdpr-sensitive": true, "properties": {"full_name": {"x-gdpr-sensitive": true}}},
+            "addresses": {"items": {"properties": {"line": {"x-gdpr-sensitive": true}}}},
+            "matrix": {"items": {"items": {"x-gdpr-sensitive": "grid"}}},
+        }});
+        let written = |paths: Vec<SensitivePath>| {
+            let mut out: Vec<String> = paths.iter().map(ToString::to_string).collect();
+            out.sort();
+            out
+        };
+        assert_eq!(
+            written(sensitive_paths(&schema)),
+            [
+                "",
+                "a.b",
+                "addresses[].line",
+                "email",
+                "matrix[][]",
+                "profile",
+                "profile.full_name"
+            ]
+        );
+        assert_eq!(
+            written(protected_paths(&schema)),
+            ["a.b", "addresses[].line", "email", "matrix[][]", "profile"]
+        );
+        let dotted = protected_paths(&schema)
+            .into_iter()
+            .find(|p| p.to_string() == "a.b")
+            .unwrap();
+        assert_eq!(dotted.steps, [Step::Key("a.b".to_owned())]);
+        assert!(sensitive_paths(&json!({"properties": 1, "items": "x"})).is_empty());
+    }
+
+    #[test]
+    fn masking_keeps_a_first_character_and_hides_everything_else() {
+        let schema = json!({"properties": {
+            "email": {"x-gdpr-sensitive": true},
+            "name": {"x-gdpr-sensitive": true},
+            "empty": {"x-gdpr-sensitive": true},
+            "tags": {"items": {"x-gdpr-sensitive": true}},
+            "age": {"x-gdpr-sensitive": true},
+        }});
+        let mut data = json!({"email": "élodie@example.com", "name": null, "empty": "",
+            "tags": ["vip", 3], "age": 41, "id": "kept"});
+        mask(&mut data, &schema);
+        assert_eq!(
+            data,
+            json!({"email": "é***", "name": "***", "empty": "***", "tags": ["v***", "***"],
+                "age": "***", "id": "kept"})
+        );
     }
 }

@@ -276,6 +276,26 @@ impl Envelope {
         }
     }
 
+    /// Replaces `data`: what field encryption does on publish, and decryption for the handler.
+    ///
+    /// # Errors
+    /// [`Error::DataNotObject`] unless `data` is a JSON object.
+    pub fn set_data(&mut self, data: &serde_json::Value) -> Result<()> {
+        use serde_json::Value;
+        let found = match data {
+            Value::Object(_) => {
+                self.data = Slot::Set(RawJson::from_value(data)?);
+                return Ok(());
+            }
+            Value::Array(_) => "an array",
+            Value::String(_) => "a string",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::Null => "null",
+        };
+        Err(Error::DataNotObject { found })
+    }
+
     /// The `dead_letter` block as it arrived, if any.
     pub fn dead_letter_raw(&self) -> Option<&RawJson> {
         self.dead_letter.get()

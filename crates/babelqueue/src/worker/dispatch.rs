@@ -14,6 +14,7 @@ use super::interceptor::Interceptors;
 use super::{AfterFailure, Job, JobContext, JobResult, Settings, Shutdown, UnknownUrn};
 use crate::dead_letter::{DeadLetter, DeadLetterReason, poison_record};
 use crate::envelope::Envelope;
+use crate::payload::{PayloadRules, exception_name};
 use crate::projection::{SchemaGate, schema_version_gate};
 use crate::transport::{Headers, Reserved, Transport};
 use crate::{Verdict, classify};
@@ -42,6 +43,7 @@ pub(crate) struct Context<T: Transport> {
     pub(crate) dead_letter_queue: String,
     pub(crate) registry: Registry,
     pub(crate) interceptors: Interceptors,
+    pub(crate) payload: PayloadRules,
     pub(crate) settings: Settings,
 }
 
@@ -113,9 +115,26 @@ impl<T: Transport> Context<T> {
                 .await;
         };
 
-        let job = Job::new(envelope.clone(), headers.clone(), self.queue.clone());
+        // The handler sees the checked, decrypted payload; a retry and the dead-letter queue
+        // carry `envelope`, the body as it arrived.
+        let (seen, refused) = match self.payload.incoming(&envelope) {
+            Ok(clear) => (clear.unwrap_or_else(|| envelope.clone()), None),
+            Err(error) => {
+                let failure = Failure {
+                    message: polyq_amqp::error_chain(&error),
+                    exception: exception_name(&error).to_owned(),
+                    hand_back: false,
+                };
+                (envelope.clone(), Some(failure))
+            }
+        };
+        let job = Job::new(seen, headers.clone(), self.queue.clone());
+        let call = |job| match refused {
+            Some(failure) => Box::pin(std::future::ready(Err(failure))) as HandlerFuture,
+            None => handler.call(job),
+        };
         if self.interceptors.is_empty() {
-            let run = handler.call(job);
+            let run = call(job);
             return self
                 .settle_handled(&receipt, run, envelope, &headers, &urn, shutdown)
                 .await
@@ -127,7 +146,7 @@ impl<T: Transport> Context<T> {
         let (passed, refusal) = self.interceptors.before(&context);
         let run = match refusal {
             Some(refusal) => Box::pin(std::future::ready(Err(refusal))),
-            None => handler.call(job),
+            None => call(job),
         };
         let (outcome, result) = self
             .settle_handled(&receipt, run, envelope, &headers, &urn, shutdown)

@@ -48,6 +48,7 @@ pub use job::{Job, REPLAY_BYPASS_HEADER};
 pub use polyq_runtime::{BoxError, Shutdown};
 
 use crate::idempotency::Idempotency;
+use crate::payload::{PayloadRules, SharedProvider};
 use crate::transport::Transport;
 use crate::{Error, Result};
 use dispatch::{Context, Outcome};
@@ -220,6 +221,7 @@ pub struct Worker<T: Transport> {
     dead_letter_queue: Option<String>,
     registry: Registry,
     interceptors: Interceptors,
+    payload: PayloadRules,
     settings: Settings,
 }
 
@@ -230,6 +232,7 @@ impl<T: Transport> std::fmt::Debug for Worker<T> {
             .field("dead_letter_queue", &self.dead_letter_queue_name())
             .field("urns", &self.registry.urns().collect::<Vec<_>>())
             .field("interceptors", &self.interceptors.len())
+            .field("payload", &self.payload)
             .field("settings", &self.settings)
             .finish()
     }
@@ -244,6 +247,7 @@ impl<T: Transport> Worker<T> {
             dead_letter_queue: None,
             registry: Registry::default(),
             interceptors: Interceptors::default(),
+            payload: PayloadRules::default(),
             settings: Settings::default(),
         }
     }
@@ -310,6 +314,61 @@ impl<T: Transport> Worker<T> {
     /// [`Worker::idempotent`] describes. Default: the option for every URN, if any.
     pub fn idempotent_for(mut self, urn: impl Into<String>, idempotency: Idempotency) -> Self {
         self.registry.idempotent(Some(urn.into()), idempotency);
+        self
+    }
+
+    /// Validates each message's `data` against its URN's schema in `provider` before the handler
+    /// runs (ADR-0024, consumer side); a URN with no schema runs unchecked. Invalid data fails
+    /// the delivery as a handler error would, with the violation (URN, pointer, rule) as the
+    /// error and `InvalidPayloadError` as its type: retried below `max_attempts`, then
+    /// dead-lettered with that reason. A retry and the dead-letter queue carry the body as it
+    /// arrived. With `unprotect_payloads` (feature `gdpr`) the cleartext is validated. Default: off.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> babelqueue::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use babelqueue::schema::MapProvider;
+    /// use serde_json::json;
+    ///
+    /// let urn = "urn:babel:orders:created";
+    /// let queue = babelqueue::BabelQueue::builder("memory://doc-worker-validate")
+    ///     .queue("orders")
+    ///     .connect()
+    ///     .await?;
+    /// queue.publish(urn, &json!({"order_id": "seven"})).await?;
+    /// let schema = json!({"type": "object", "properties": {"order_id": {"type": "integer"}}});
+    /// let schemas = MapProvider::new().with(urn, schema);
+    /// let report = queue
+    ///     .worker()
+    ///     .validate_payloads(Arc::new(schemas))
+    ///     .max_attempts(1)
+    ///     .handle(urn, |_job| async { Ok::<_, babelqueue::Error>(()) })
+    ///     .consume(1, Duration::from_millis(200))
+    ///     .await?;
+    /// assert_eq!(report.dead_lettered, 1, "{report:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn validate_payloads(mut self, provider: SharedProvider) -> Self {
+        self.payload.validate_with(provider);
+        self
+    }
+
+    /// Decrypts, before validation and the handler, each field the URN's schema in `provider`
+    /// marks `x-gdpr-sensitive` (ADR-0030, feature `gdpr`; see [`crate::gdpr::unprotect`]): the
+    /// handler's [`Job`] holds the cleartext. A field that does not decrypt (a wrong or missing
+    /// key, a tampered value) fails the delivery with `DecryptError` as its type, naming the
+    /// field: retried below `max_attempts`, then dead-lettered with that reason. A retry and the
+    /// dead-letter queue carry the body as it arrived, still encrypted. Default: off.
+    #[cfg(feature = "gdpr")]
+    pub fn unprotect_payloads(
+        mut self,
+        provider: SharedProvider,
+        cipher: Arc<dyn crate::gdpr::Cipher>,
+    ) -> Self {
+        self.payload.protect_with(provider, cipher);
         self
     }
 
@@ -461,6 +520,7 @@ impl<T: Transport> Worker<T> {
             queue: self.queue.clone(),
             registry: self.registry,
             interceptors: self.interceptors,
+            payload: self.payload,
             settings: self.settings,
         });
         let queue = context.queue.as_str();

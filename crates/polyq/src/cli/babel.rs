@@ -1,6 +1,8 @@
 //! `polyq babel` commands.
 
 pub(crate) mod progress;
+pub(crate) mod registry;
+mod schema;
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -16,6 +18,7 @@ use babelqueue::transport::redis::RedisOptions;
 use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport};
 use babelqueue::{BabelQueue, MakeOptions, conformance};
 use clap::{Subcommand, ValueEnum};
+use registry::{Registry, RegistryArgs};
 use serde_json::value::RawValue;
 
 /// `polyq babel` subcommands.
@@ -27,7 +30,16 @@ pub(crate) enum Command {
     Decode {
         /// The file to read; `-` or nothing reads standard input.
         file: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// Mask the job's `x-gdpr-sensitive` fields (needs --registry): a string keeps its first
+        /// character and `***`, anything else becomes `***`.
+        #[arg(long, requires = "registry")]
+        mask: bool,
     },
+    /// The payload schema registry: validate, compat, gdpr, export-asyncapi.
+    #[command(subcommand)]
+    Schema(schema::Command),
     /// Print a new canonical envelope.
     Make {
         /// The message URN, e.g. urn:babel:orders:created.
@@ -81,6 +93,8 @@ pub(crate) enum Command {
         count: u32,
         #[command(flatten)]
         resend: ResendArgs,
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
     /// Take jobs off a queue, acknowledging them, and print each as `decode` does, one JSON
     /// line each. Stops after --limit jobs, or when none came for --timeout seconds.
@@ -96,6 +110,11 @@ pub(crate) enum Command {
         /// Stop when no job came for this many seconds.
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// Mask the jobs' `x-gdpr-sensitive` fields (needs --registry).
+        #[arg(long, requires = "registry")]
+        mask: bool,
     },
     /// Move dead-lettered jobs back to their queue (attempts reset, the dead_letter block
     /// removed) and print the report as JSON; progress goes to standard error.
@@ -202,11 +221,19 @@ fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
 /// Runs one `polyq babel` command.
 pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Decode { file } => {
+        Command::Decode {
+            file,
+            registry,
+            mask,
+        } => {
+            let registry = registry.open()?;
             let input = read_input(file.as_ref())?;
-            println!("{}", serde_json::to_string(&Inspection::of_input(&input))?);
+            let mut seen = Inspection::of_input(&input);
+            let violation = read_through(registry.as_ref(), &mut seen, mask)?;
+            println!("{}", printed(&seen, violation)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Schema(command) => schema::run(command),
         Command::Make {
             urn,
             queue,
@@ -252,7 +279,9 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             headers,
             count,
             resend,
+            registry,
         } => {
+            let registry = registry.open()?;
             let data: Box<RawValue> = payload.parse()?;
             let headers = headers
                 .iter()
@@ -270,7 +299,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     "--header: this binding carries no out-of-band headers (the Laravel layout drops them)"
                 );
             }
-            let jobs = BabelQueue::with_transport(transport, queue);
+            let mut jobs = BabelQueue::with_transport(transport, queue);
+            if let Some(registry) = &registry {
+                jobs = registry.producer(jobs);
+            }
             for _ in 0..count {
                 let mut options = MakeOptions::new();
                 if let Some(trace_id) = &trace_id {
@@ -286,7 +318,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             queue,
             limit,
             timeout,
+            registry,
+            mask,
         } => {
+            let registry = registry.open()?;
             let idle = seconds(timeout, "--timeout")?;
             let transport = broker.connect().await?;
             let mut taken = 0u64;
@@ -294,8 +329,13 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 let Some(reserved) = transport.reserve(&queue, idle).await? else {
                     break;
                 };
-                let seen = Inspection::of_body(&reserved.body, reserved.headers);
-                println!("{}", serde_json::to_string(&seen)?);
+                let mut seen = Inspection::of_body(&reserved.body, reserved.headers);
+                // A job that does not read back is still printed (as it came) and acknowledged.
+                let violation = match read_through(registry.as_ref(), &mut seen, mask) {
+                    Ok(violation) => violation,
+                    Err(error) => Some(format!("{error:#}")),
+                };
+                println!("{}", printed(&seen, violation)?);
                 transport.ack(&reserved.receipt).await?;
                 taken += 1;
             }
@@ -348,7 +388,30 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn read_input(file: Option<&PathBuf>) -> anyhow::Result<Vec<u8>> {
+/// Decrypts, checks and masks the job `seen` shows, by the registry when there is one; the
+/// violation or failure, naming the URN, the path and the rule.
+fn read_through(
+    registry: Option<&Registry>,
+    seen: &mut Inspection,
+    mask: bool,
+) -> anyhow::Result<Option<String>> {
+    match (registry, seen.envelope_mut()) {
+        (Some(registry), Some(envelope)) => registry.read(envelope, mask),
+        _ => Ok(None),
+    }
+}
+
+/// One job as `decode` and `consume` print it: the inspection, and with a registry a
+/// `schema_violation` member (`null` when valid).
+fn printed(seen: &Inspection, violation: Option<String>) -> anyhow::Result<String> {
+    let mut value = serde_json::to_value(seen)?;
+    if let Some(violation) = violation {
+        value["schema_violation"] = serde_json::Value::String(violation);
+    }
+    Ok(serde_json::to_string(&value)?)
+}
+
+pub(crate) fn read_input(file: Option<&PathBuf>) -> anyhow::Result<Vec<u8>> {
     match file.filter(|path| path.as_os_str() != "-") {
         Some(path) => {
             std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))

@@ -55,6 +55,10 @@ pub(crate) struct Console {
     read_only: bool,
     #[command(flatten)]
     keys: KeyFileArg,
+    /// A babelqueue-registry directory: the fields its schemas mark `x-gdpr-sensitive` are
+    /// masked on every message page (a string keeps its first character and `***`).
+    #[arg(long, value_name = "DIR")]
+    registry: Option<PathBuf>,
     /// The audit log: one JSON object per action, appended.
     #[arg(long, value_name = "FILE", default_value = "polyq-console-audit.jsonl")]
     audit_log: PathBuf,
@@ -81,6 +85,8 @@ pub(crate) struct App {
     pub(crate) metrics: acemq::telemetry::prometheus::PrometheusHandle,
     /// The key ring of `--key-file`: encrypted AceMQ bodies are shown in plaintext.
     pub(crate) keys: Option<acemq::codec::keyring::KeyRing>,
+    /// The registry whose sensitive fields message pages mask.
+    pub(crate) registry: Option<crate::cli::babel::registry::Registry>,
 }
 
 impl App {
@@ -99,6 +105,14 @@ impl App {
 /// Starts the console and serves until interrupted.
 pub(crate) async fn run(console: Console) -> anyhow::Result<ExitCode> {
     let keys = console.keys.load()?;
+    let registry = console
+        .registry
+        .as_deref()
+        .map(|dir| {
+            crate::cli::babel::registry::open_registry(dir)
+                .map(crate::cli::babel::registry::Registry::masking)
+        })
+        .transpose()?;
     let mut named = console.queues;
     if let Some(path) = &console.topology {
         named.extend(crate::cli::dlq::set_aside_queues(path)?);
@@ -145,6 +159,7 @@ pub(crate) async fn run(console: Console) -> anyhow::Result<ExitCode> {
         audit: audit::Audit::open(console.audit_log)?,
         metrics,
         keys,
+        registry,
     });
     eprintln!("polyq console: listening on http://{address}/");
     if let Some(token) = generated {

@@ -26,6 +26,7 @@ use polyq_amqp::MessageJson;
 use serde_json::Value;
 
 use crate::cli::babel::progress::Counted;
+use crate::cli::babel::registry::Registry;
 use crate::cli::estate::{self, ManagementArgs};
 use crate::cli::keys::KeyFileArg;
 use render::{Output, Progress};
@@ -72,6 +73,10 @@ pub(crate) enum Command {
         output: OutputArgs,
         #[command(flatten)]
         keys: KeyFileArg,
+        /// A babelqueue-registry directory: the fields its schemas mark `x-gdpr-sensitive` are
+        /// masked in what is shown (a string keeps its first character and `***`).
+        #[arg(long, value_name = "DIR")]
+        registry: Option<PathBuf>,
     },
     /// The failures of a dead-letter queue grouped by error fingerprint.
     Groups {
@@ -196,19 +201,28 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             selection,
             output,
             keys,
+            registry,
         } => {
             let keys = keys.load()?;
+            let registry = registry
+                .map(|dir| crate::cli::babel::registry::open_registry(&dir).map(Registry::masking))
+                .transpose()?;
             // Without a filter the first `limit` messages are the page: only they are read.
             let read = limit
                 .filter(|_| selection.is_everything())
                 .map(|limit| u64::try_from(limit).unwrap_or(u64::MAX));
             let store = Store::open(&broker).await?;
             let rows = selected_of(&store, &queue, &selection, read).await?;
-            let shown: Vec<Row> = rows
+            let mut shown: Vec<Row> = rows
                 .into_iter()
                 .take(limit.unwrap_or(usize::MAX))
                 .map(|row| row.with_keys(keys.as_ref()))
                 .collect();
+            if let Some(registry) = &registry {
+                for row in &mut shown {
+                    row.mask(registry)?;
+                }
+            }
             output.output().rows(shown.iter())?;
             Ok(ExitCode::SUCCESS)
         }

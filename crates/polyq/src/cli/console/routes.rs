@@ -164,9 +164,12 @@ fn target(params: &Params) -> anyhow::Result<[(&'static str, &str); 2]> {
 async fn message(State(app): Shared, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
     let params = Params::parse(query.unwrap_or_default().as_bytes());
     let page = async {
-        let row = actions::find_row(&app, &params)
+        let mut row = actions::find_row(&app, &params)
             .await?
             .with_keys(app.keys.as_ref());
+        if let Some(registry) = &app.registry {
+            row.mask(registry)?;
+        }
         let target = target(&params)?;
         let position = row.summary.position.to_string();
         let id = row.summary.id.clone().unwrap_or_default();

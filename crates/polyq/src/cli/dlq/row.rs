@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::store::Stored;
 use crate::cli::keys::show_encrypted;
 use acemq::codec::keyring::KeyRing;
+use crate::cli::babel::registry::Registry;
 
 /// The family a message belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -53,6 +54,25 @@ pub(crate) struct Row {
     /// BabelQueue's `dead_letter` block.
     pub(crate) dead_letter: Option<babelqueue::DeadLetterInfo>,
     pub(crate) message: MessageJson,
+}
+
+impl Row {
+    /// Masks, in what the row shows (the decoded view and the wire body), the fields the
+    /// registry's schema for the job's URN marks `x-gdpr-sensitive`; AceMQ rows and jobs whose
+    /// URN has no schema are left as they are. The stored message is not touched.
+    pub(crate) fn mask(&mut self, registry: &Registry) -> anyhow::Result<()> {
+        if self.summary.family != Family::Babelqueue {
+            return Ok(());
+        }
+        let mut seen = babelqueue::inspect::Inspection::of_input(&self.message.body);
+        let Some(envelope) = seen.envelope_mut() else {
+            return Ok(());
+        };
+        registry.read(envelope, true)?;
+        self.message.body = envelope.encode()?.into();
+        self.decoded = serde_json::to_value(&seen)?;
+        Ok(())
+    }
 }
 
 /// The written form of a [`Row`].
