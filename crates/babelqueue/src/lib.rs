@@ -116,10 +116,13 @@ pub mod doctor;
 mod error;
 pub mod idempotency;
 pub mod inspect;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod outbox;
 pub mod projection;
 pub mod redrive;
 pub mod schema;
+mod telemetry;
 pub mod transport;
 pub mod urn;
 pub mod worker;

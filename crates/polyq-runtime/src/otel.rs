@@ -52,11 +52,7 @@ pub fn inject(span: &Span, carrier: &mut dyn Injector) {
 pub fn extract(carrier: &dyn Extractor) -> Option<Context> {
     carrier.get(TRACEPARENT)?;
     let context = TraceContextPropagator::new().extract(carrier);
-    context
-        .span()
-        .span_context()
-        .is_valid()
-        .then_some(context)
+    context.span().span_context().is_valid().then_some(context)
 }
 
 /// Makes `parent` the parent of `span`.
