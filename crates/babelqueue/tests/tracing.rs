@@ -6,75 +6,24 @@
 //! names the trace and the synthetic parent (v0.1); a failure records the exception and ERROR.
 
 mod runtime_support;
-
-use std::sync::OnceLock;
+mod tracing_support;
 
 use babelqueue::MakeOptions;
 use babelqueue::otel::{parent_span_id_of, trace_id_of, uuid_of};
 use babelqueue::redrive::RedriveOptions;
 use babelqueue::transport::Transport;
 use babelqueue::worker::Job;
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, TraceId, TracerProvider as _};
-use opentelemetry::{KeyValue, Value};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry::Value;
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, TraceId};
 use polyq_testkit::brokers::TestBroker;
 use runtime_support::{Bound, IDLE};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_support::{attributes, current_trace, exporter, publish_in_a_span, span, spans};
 
 const URN: &str = "urn:babel:orders:created";
-
-/// Spans finished so far; one global subscriber serves the workers' runtime threads. Location,
-/// target, thread and timing attributes are off, so a span has exactly the attributes the runtime gives.
-fn exporter() -> &'static InMemorySpanExporter {
-    static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
-    EXPORTER.get_or_init(|| {
-        let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .build();
-        let layer = tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("babelqueue-test"))
-            .with_location(false)
-            .with_threads(false)
-            .with_tracked_inactivity(false)
-            .with_target(false);
-        let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        exporter
-    })
-}
-
-/// The finished spans of one trace named `name`, in the order they ended.
-fn spans(trace: TraceId, name: &str) -> Vec<SpanData> {
-    exporter()
-        .get_finished_spans()
-        .unwrap()
-        .into_iter()
-        .filter(|span| span.span_context.trace_id() == trace && span.name == name)
-        .collect()
-}
-
-/// The one finished span of one trace named `name`.
-fn span(trace: TraceId, name: &str) -> SpanData {
-    let mut found = spans(trace, name);
-    assert_eq!(found.len(), 1, "one span {name} in trace {trace}");
-    found.remove(0)
-}
-
-/// A span's attributes, sorted by key.
-fn attributes(span: &SpanData) -> Vec<(String, Value)> {
-    let mut all: Vec<_> = span
-        .attributes
-        .iter()
-        .map(|KeyValue { key, value, .. }| (key.to_string(), value.clone()))
-        .collect();
-    all.sort_by(|a, b| a.0.cmp(&b.0));
-    all
-}
 
 fn pairs(expected: &[(&str, Value)]) -> Vec<(String, Value)> {
     let mut all: Vec<_> = expected
@@ -116,32 +65,9 @@ fn process_attributes(
 /// The trace a handler runs in, and the job, sent to the test.
 type Seen = (TraceId, Job);
 
-fn current_trace() -> TraceId {
-    tracing::Span::current()
-        .context()
-        .span()
-        .span_context()
-        .trace_id()
-}
-
-/// Publishes one job inside a `checkout` span; returns the checkout's trace and the envelope.
-async fn publish_in_a_span(bound: &Bound) -> (TraceId, babelqueue::Envelope) {
-    exporter();
-    let checkout = tracing::info_span!("checkout");
-    let trace = checkout.context().span().span_context().trace_id();
-    assert_ne!(trace, TraceId::INVALID);
-    let envelope = bound
-        .queue
-        .publish(URN, &json!({"order_id": 1042}))
-        .instrument(checkout)
-        .await
-        .unwrap();
-    (trace, envelope)
-}
-
 async fn a_job_is_processed_as_the_child_of_its_publish_span(broker: &'static TestBroker) {
     let bound = Bound::new(broker).await;
-    let (trace, envelope) = publish_in_a_span(&bound).await;
+    let (trace, envelope) = publish_in_a_span(&bound, URN).await;
     let trace_id = envelope.trace_id().unwrap().to_owned();
     let id = envelope.meta().unwrap().id().unwrap().to_owned();
     assert_eq!(
@@ -219,7 +145,7 @@ async fn a_failure_records_the_exception_and_the_trace_survives_retry_dead_lette
     broker: &'static TestBroker,
 ) {
     let bound = Bound::new(broker).await;
-    let (trace, envelope) = publish_in_a_span(&bound).await;
+    let (trace, envelope) = publish_in_a_span(&bound, URN).await;
     let trace_id = envelope.trace_id().unwrap().to_owned();
     let id = envelope.meta().unwrap().id().unwrap().to_owned();
 
@@ -332,7 +258,7 @@ polyq_testkit::both_brokers!(
 async fn over_the_laravel_layout_the_trace_id_carries_the_trace(broker: &'static TestBroker) {
     let bound = Bound::new(broker).await;
     assert!(!bound.transport().capabilities().headers);
-    let (trace, envelope) = publish_in_a_span(&bound).await;
+    let (trace, envelope) = publish_in_a_span(&bound, URN).await;
     let report = bound
         .queue
         .worker()
