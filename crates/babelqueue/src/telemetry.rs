@@ -1,7 +1,21 @@
 //! The runtime's `tracing` spans, with the names and attributes every BabelQueue SDK gives them
 //! (reference §4.9): PRODUCER `publish <urn>` around a publish, CONSUMER `process <urn>` around a
 //! handler. The span name is the `otel.name` field, which OpenTelemetry layers use. With the
-//! `otel` feature they carry the trace across hops ([`crate::otel`]).
+//! `otel` feature they carry the trace across hops (module `otel`).
+//!
+//! [`process_span`] is public for consumers of their own (an inspection tool that takes jobs
+//! off a queue to show them), so their spans are the worker's.
+//!
+//! ```
+//! let envelope = babelqueue::make(
+//!     "urn:babel:orders:created",
+//!     &serde_json::json!({}),
+//!     babelqueue::MakeOptions::new().queue("orders"),
+//! )?;
+//! let span = babelqueue::telemetry::process_span(&envelope, "orders", 0, &[]);
+//! let _entered = span.enter();
+//! # Ok::<(), babelqueue::Error>(())
+//! ```
 
 use tracing::Span;
 use tracing::field::Empty;
@@ -37,13 +51,13 @@ pub(crate) fn record_published(span: &Span, envelope: &Envelope) {
     }
 }
 
-/// The `process <urn>` span of a job whose reconciled attempt count is `attempts`, child of the
-/// producer's span (feature `otel`): of the `traceparent` among `headers`, else of the synthetic
-/// parent of its `trace_id`. `messaging.destination.name` is the job's `meta.queue`, or the
-/// queue it was taken from when the envelope names none.
-pub(crate) fn process_span(
+/// The `process <urn>` span of a job taken from `queue` whose attempt count (reconciled with the
+/// broker's) is `attempts`, child of the producer's span (feature `otel`): of the `traceparent`
+/// among `headers`, else of the synthetic parent of its `trace_id`.
+/// `messaging.destination.name` is the job's `meta.queue`, or `queue` when the envelope names
+/// none.
+pub fn process_span(
     envelope: &Envelope,
-    urn: &str,
     queue: &str,
     attempts: i64,
     headers: &[(String, String)],
@@ -66,6 +80,7 @@ pub(crate) fn process_span(
     if span.is_disabled() {
         return span;
     }
+    let urn = envelope.urn().unwrap_or_default();
     span.record("otel.name", format!("process {urn}"));
     #[cfg(feature = "otel")]
     crate::otel::adopt_parent(&span, headers, trace_id);

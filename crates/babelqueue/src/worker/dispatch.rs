@@ -108,7 +108,7 @@ impl<T: Transport> Context<T> {
                 .await;
         };
 
-        let span = telemetry::process_span(&envelope, &urn, &self.queue, attempts, &headers);
+        let span = telemetry::process_span(&envelope, &self.queue, attempts, &headers);
         let job = Job::new(envelope.clone(), headers.clone(), self.queue.clone());
         if self.interceptors.is_empty() {
             let run = span.in_scope(|| handler.call(job)).instrument(span.clone());

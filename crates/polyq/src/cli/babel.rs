@@ -17,6 +17,7 @@ use babelqueue::transport::{AnyTransport, ConnectOptions, RedisLayout, Transport
 use babelqueue::{BabelQueue, MakeOptions, conformance};
 use clap::{Subcommand, ValueEnum};
 use serde_json::value::RawValue;
+use tracing::Instrument as _;
 
 /// `polyq babel` subcommands.
 #[derive(Debug, Subcommand)]
@@ -289,9 +290,19 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 let Some(reserved) = transport.reserve(&queue, idle).await? else {
                     break;
                 };
+                // A job that decodes is shown inside the span a worker would handle it in.
+                let span = match babelqueue::decode(&reserved.body) {
+                    Ok(decoded) => babelqueue::telemetry::process_span(
+                        &decoded.envelope,
+                        &queue,
+                        decoded.envelope.attempts().unwrap_or(0),
+                        &reserved.headers,
+                    ),
+                    Err(_) => tracing::Span::none(),
+                };
                 let seen = Inspection::of_body(&reserved.body, reserved.headers);
                 println!("{}", serde_json::to_string(&seen)?);
-                transport.ack(&reserved.receipt).await?;
+                transport.ack(&reserved.receipt).instrument(span).await?;
                 taken += 1;
             }
             transport.unsubscribe(&queue).await?;
