@@ -3,9 +3,11 @@
 use std::sync::Arc;
 
 use serde::Serialize;
+use tracing::{Instrument as _, Span};
 
 use crate::payload::{PayloadRules, SharedProvider};
 use crate::redrive::{RedriveOptions, RedriveReport};
+use crate::telemetry;
 use crate::transport::{AnyTransport, ConnectOptions, Health, RedisLayout, Transport};
 use crate::worker::Worker;
 use crate::{Envelope, MakeOptions, Message, Result};
@@ -265,6 +267,12 @@ impl<T: Transport> BabelQueue<T> {
     /// [`BabelQueue::publish`] with envelope options (trace continuation, meta extension keys)
     /// and out-of-band headers (`traceparent`, …). `meta.queue` is always this queue.
     ///
+    /// Every publish runs in a PRODUCER span `publish <urn>`. With the `otel` feature and an
+    /// OpenTelemetry layer installed, the envelope's `trace_id` is the span's TraceID (unless
+    /// `options` continue a trace) and the span's context travels as `traceparent` /
+    /// `tracestate` headers (unless `headers` carry a `traceparent` already): see
+    /// [`otel`](crate#feature-flags).
+    ///
     /// # Errors
     /// As [`BabelQueue::publish`].
     pub async fn publish_with<D: Serialize + ?Sized>(
@@ -274,24 +282,38 @@ impl<T: Transport> BabelQueue<T> {
         options: MakeOptions,
         headers: &[(String, String)],
     ) -> Result<Envelope> {
-        let mut envelope = crate::make(urn, data, options.queue(self.queue.as_str()))?;
+        let span = telemetry::publish_span(urn);
+        let options = options.queue(self.queue.as_str());
+        let options = match trace_of_span(&span, options.continued_trace()) {
+            Some(trace_id) => options.trace_id(trace_id),
+            None => options,
+        };
+        let mut envelope = recorded(&span, crate::make(urn, data, options))?;
         self.payload.outgoing(&mut envelope)?;
-        self.publish_envelope(&envelope, headers).await?;
+        self.send_traced(&span, &envelope, headers).await?;
         Ok(envelope)
     }
 
-    /// Publishes a typed [`Message`] (its URN, payload and trace id).
+    /// Publishes a typed [`Message`] (its URN, payload and trace id), in a `publish <urn>` span
+    /// as [`BabelQueue::publish_with`].
     ///
     /// # Errors
     /// As [`BabelQueue::publish`].
     pub async fn publish_message<M: Message + ?Sized>(&self, message: &M) -> Result<Envelope> {
-        let mut envelope = message.to_envelope(MakeOptions::new().queue(self.queue.as_str()))?;
+        let span = telemetry::publish_span(message.urn());
+        let options = MakeOptions::new().queue(self.queue.as_str());
+        let options = match trace_of_span(&span, message.trace_id()) {
+            Some(trace_id) => options.trace_id(trace_id),
+            None => options,
+        };
+        let mut envelope = recorded(&span, message.to_envelope(options))?;
         self.payload.outgoing(&mut envelope)?;
-        self.publish_envelope(&envelope, &[]).await?;
+        self.send_traced(&span, &envelope, &[]).await?;
         Ok(envelope)
     }
 
-    /// Publishes an envelope as it is (its canonical encoding) to this queue.
+    /// Publishes an envelope as it is (its canonical encoding) to this queue, in a
+    /// `publish <urn>` span as [`BabelQueue::publish_with`] (the envelope's `trace_id` is kept).
     ///
     /// # Errors
     /// [`crate::Error::BlankUrn`] or [`crate::Error::ReservedKey`] when it cannot be encoded; the
@@ -301,10 +323,34 @@ impl<T: Transport> BabelQueue<T> {
         envelope: &Envelope,
         headers: &[(String, String)],
     ) -> Result<()> {
-        let body = envelope.encode()?;
-        self.transport
-            .publish(&self.queue, body.into(), headers)
-            .await
+        let span = telemetry::publish_span(envelope.urn().unwrap_or_default());
+        // The envelope's trace is kept: the span joins it when nothing around it is traced.
+        let _ = trace_of_span(&span, envelope.trace_id());
+        self.send_traced(&span, envelope, headers).await
+    }
+
+    /// Sends an envelope inside its publish span, with the span's trace headers; a failure is
+    /// recorded on the span.
+    async fn send_traced(
+        &self,
+        span: &Span,
+        envelope: &Envelope,
+        headers: &[(String, String)],
+    ) -> Result<()> {
+        telemetry::record_published(span, envelope);
+        let sent = async {
+            let body = envelope.encode()?;
+            #[cfg(feature = "otel")]
+            let traced = crate::otel::with_trace_headers(span, headers);
+            #[cfg(feature = "otel")]
+            let headers = traced.as_deref().unwrap_or(headers);
+            self.transport
+                .publish(&self.queue, body.into(), headers)
+                .await
+        }
+        .instrument(span.clone())
+        .await;
+        recorded(span, sent)
     }
 
     /// A worker on this queue (dead-letter queue `<queue>.dlq`, or the binding's own name for
@@ -322,4 +368,24 @@ impl<T: Transport> BabelQueue<T> {
         let dlq = self.transport.dead_letter_queue(&self.queue);
         crate::redrive::redrive(self.transport.as_ref(), &dlq, options).await
     }
+}
+
+/// The `trace_id` a publish span gives a new envelope, when the caller continues none (feature
+/// `otel`; see [`crate::otel`]). Without the feature, none.
+fn trace_of_span(span: &Span, continued: Option<&str>) -> Option<String> {
+    #[cfg(feature = "otel")]
+    return crate::otel::start_publish(span, continued);
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (span, continued);
+        None
+    }
+}
+
+/// `result`, its error recorded on the publish span as the crate's error type.
+fn recorded<T>(span: &Span, result: Result<T>) -> Result<T> {
+    if let Err(error) = &result {
+        telemetry::record_exception(span, "babelqueue::Error", &error.to_string());
+    }
+    result
 }

@@ -77,6 +77,9 @@
 //!   ([`worker::Backoff`] says how long it waits), or the dead-letter queue with the block; that
 //!   decision is `worker/dispatch.rs`.
 //! - [`redrive`]: moving dead-lettered messages back to their queue, `attempts` reset.
+//! - [`telemetry`]: the `publish <urn>` and `process <urn>` spans of §4.9, and with the `otel`
+//!   feature the trace carried across hops (`otel`: `traceparent` headers, the `trace_id`
+//!   mapping and its synthetic parent).
 //!
 //! ## Errors and conformance
 //!
@@ -103,6 +106,11 @@
 //!   `unprotect_payloads` and the client's `protect_payloads`, and `Error::Gdpr`. Payload
 //!   schemas need no feature: the validator, the registry, the sensitive-path inventory and
 //!   masking are plain JSON code with no dependency of their own.
+//! - `otel`: OpenTelemetry trace context (ADR-0025 v0.1, ADR-0028 v0.2; module `otel`): the
+//!   publish span's TraceID as the envelope's `trace_id`, W3C `traceparent` / `tracestate`
+//!   transport headers on every binding with a header channel, and the worker's
+//!   `process <urn>` span as the child of the producer's span, else of the synthetic parent its
+//!   `trace_id` names. The spans are `tracing` spans: install a `tracing_opentelemetry` layer.
 //!
 //! # Further reading
 //!
@@ -127,11 +135,14 @@ mod error;
 pub mod gdpr;
 pub mod idempotency;
 pub mod inspect;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod outbox;
 mod payload;
 pub mod projection;
 pub mod redrive;
 pub mod schema;
+pub mod telemetry;
 pub mod transport;
 pub mod urn;
 pub mod worker;

@@ -14,6 +14,8 @@
 //! - [`Fingerprint`] and [`group`]: an error with its values taken out, and failures gathered
 //!   by it, so the dead-letter tools of both families group alike.
 //! - [`Finding`] and [`Severity`]: what the contract doctors of both families report.
+//! - `otel` (feature `otel`): W3C `traceparent` / `tracestate` written from a span and adopted
+//!   as its parent, over any header carrier.
 //! - [`BoxError`]: the error an interceptor or handler returns when its type does not matter.
 //!
 //! Both crates re-export what their APIs take (`babelqueue::worker::Shutdown`,
@@ -40,6 +42,8 @@ mod chain;
 pub mod coalesce;
 mod finding;
 mod fingerprint;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod outbox;
 mod panic;
 mod shutdown;

@@ -5,8 +5,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod cli;
+mod otlp;
 
 /// Tools for polyglot queues: AceMQ and BabelQueue on RabbitMQ, Redis and the embedded broker.
 #[derive(Debug, Parser)]
@@ -85,14 +89,24 @@ async fn main() -> ExitCode {
         Command::Demo(_) => "error,lapin::channel=off",
         _ => "warn,lapin::channel=off",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(log_filter(
-            std::env::var("POLYQ_LOG").ok().as_deref(),
-            default_filter,
-        ))
+    let export = match otlp::Export::from_env() {
+        Ok(export) => export,
+        Err(error) => {
+            eprintln!("polyq: {}", report(&error));
+            return ExitCode::FAILURE;
+        }
+    };
+    let log = tracing_subscriber::fmt::layer()
         // Colour codes are noise in a file or a log collector.
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
+        .with_filter(log_filter(
+            std::env::var("POLYQ_LOG").ok().as_deref(),
+            default_filter,
+        ));
+    tracing_subscriber::registry()
+        .with(log)
+        .with(export.as_ref().map(otlp::Export::layer))
         .init();
     let outcome = match command {
         Command::Acemq { command } => cli::acemq::run(command).await,
@@ -105,6 +119,9 @@ async fn main() -> ExitCode {
         Command::Doctor(doctor) => cli::doctor::run(doctor).await,
         Command::Console(console) => cli::console::run(console).await,
     };
+    if let Some(export) = export {
+        export.finish();
+    }
     match outcome {
         Ok(code) => code,
         Err(error) => {

@@ -1,16 +1,13 @@
-//! W3C trace context in AMQP headers through OpenTelemetry (feature `otel`).
+//! W3C trace context in AMQP headers through OpenTelemetry (feature `otel`): the header table as
+//! a carrier for the propagation both families share (`polyq_runtime::otel`).
 //!
 //! The `tracing` spans of this crate are bridged to OpenTelemetry by a
 //! `tracing_opentelemetry` layer the application installs; without one, spans carry no
 //! OpenTelemetry context and nothing is written.
 
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry::propagation::{Extractor, Injector};
 use polyq_amqp::{FieldTable, FieldValue};
 use tracing::Span;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-use crate::contract::headers;
 
 struct Writer<'a>(&'a mut FieldTable);
 
@@ -35,18 +32,15 @@ impl Extractor for Reader<'_> {
 
 /// Writes `traceparent` (and `tracestate` when there is one) for `span`.
 pub(crate) fn inject(span: &Span, table: &mut FieldTable) {
+    polyq_runtime::otel::inject(span, &mut Writer(table));
+}
+
+/// Makes the trace context in `table`, when it holds a valid one, the parent of `span`.
+pub(crate) fn extract(span: &Span, table: &FieldTable) {
     if span.is_disabled() {
         return;
     }
-    TraceContextPropagator::new().inject_context(&span.context(), &mut Writer(table));
-}
-
-/// Makes the trace context in `table` the parent of `span`.
-pub(crate) fn extract(span: &Span, table: &FieldTable) {
-    if span.is_disabled() || !table.contains_key(headers::TRACEPARENT) {
-        return;
+    if let Some(parent) = polyq_runtime::otel::extract(&Reader(table)) {
+        polyq_runtime::otel::adopt(span, parent);
     }
-    let parent = TraceContextPropagator::new().extract(&Reader(table));
-    // Fails only when the span is not bridged to OpenTelemetry; then there is nothing to link.
-    let _ = span.set_parent(parent);
 }

@@ -411,6 +411,22 @@ pub(crate) fn process_span(queue: &str, exchange: &str, routing_key: &str) -> Sp
     span
 }
 
+/// The `<queue> process` span of a message taken by a consumer of its own (an inspection tool
+/// that shows messages rather than handling them), named and tagged as the consumer's and the
+/// child of the publisher's span through its headers' trace context (feature `otel`); the
+/// caller records its outcome with [`record_outcome`].
+///
+/// ```
+/// let headers = polyq_amqp::FieldTable::default();
+/// let span = acemq::telemetry::consume_span("orders", "", "orders", &headers);
+/// acemq::telemetry::record_outcome(&span, "acked");
+/// ```
+pub fn consume_span(queue: &str, exchange: &str, routing_key: &str, headers: &FieldTable) -> Span {
+    let span = process_span(queue, exchange, routing_key);
+    adopt_trace_context(&span, headers);
+    span
+}
+
 /// Records the envelope's attributes on a publish or process span.
 pub(crate) fn record_envelope(span: &Span, envelope: &crate::Envelope) {
     if span.is_disabled() {
@@ -425,9 +441,9 @@ pub(crate) fn record_envelope(span: &Span, envelope: &crate::Envelope) {
     span.record("messaging.acemq.attempt", envelope.attempt());
 }
 
-/// Records how the span's work ended; `unroutable`, `failed`, `dead_lettered` and `rejected`
-/// mark it as an error (Java keeps `rejected` an error).
-pub(crate) fn record_outcome(span: &Span, outcome: &'static str) {
+/// Records how the span's work ended (`messaging.acemq.outcome`); `unroutable`, `failed`,
+/// `dead_lettered` and `rejected` mark it as an error (Java keeps `rejected` an error).
+pub fn record_outcome(span: &Span, outcome: &'static str) {
     if span.is_disabled() {
         return;
     }

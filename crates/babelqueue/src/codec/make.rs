@@ -53,6 +53,14 @@ impl MakeOptions {
         self
     }
 
+    /// The trace [`make`] continues: the given one trimmed, `None` when none or blank.
+    pub(crate) fn continued_trace(&self) -> Option<&str> {
+        self.trace_id
+            .as_deref()
+            .map(trim)
+            .filter(|trace| !is_blank(trace))
+    }
+
     /// A producer `meta` extra, written after the core meta keys in the order given. Recommended
     /// shape: `meta.ext.<vendor>`. A core key, a forbidden key or a key given twice makes
     /// [`make`] fail.
@@ -199,9 +207,9 @@ pub fn make<T: Serialize + ?Sized>(urn: &str, data: &T, options: MakeOptions) ->
             }));
         }
     };
-    let trace_id = match options.trace_id.as_deref().map(trim) {
-        Some(trace) if !is_blank(trace) => Text::from(trace),
-        _ => new_uuid(),
+    let trace_id = match options.continued_trace() {
+        Some(trace) => Text::from(trace),
+        None => new_uuid(),
     };
     let mut extras: Vec<(String, RawJson)> = Vec::with_capacity(options.meta.len());
     for (key, value) in &options.meta {

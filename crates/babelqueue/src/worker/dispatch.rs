@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tracing::{debug, error, warn};
+use tracing::instrument::Instrumented;
+use tracing::{Instrument as _, Span, debug, error, warn};
 
 use super::handler::{Failure, HandlerFuture, Registry};
 use super::interceptor::Interceptors;
@@ -16,6 +17,7 @@ use crate::dead_letter::{DeadLetter, DeadLetterReason, poison_record};
 use crate::envelope::Envelope;
 use crate::payload::{PayloadRules, exception_name};
 use crate::projection::{SchemaGate, schema_version_gate};
+use crate::telemetry;
 use crate::transport::{Headers, Reserved, Transport};
 use crate::{Verdict, classify};
 
@@ -115,6 +117,7 @@ impl<T: Transport> Context<T> {
                 .await;
         };
 
+        let span = telemetry::process_span(&envelope, &self.queue, attempts, &headers);
         // The handler sees the checked, decrypted payload; a retry and the dead-letter queue
         // carry `envelope`, the body as it arrived.
         let (seen, refused) = match self.payload.incoming(&envelope) {
@@ -134,33 +137,36 @@ impl<T: Transport> Context<T> {
             None => handler.call(job),
         };
         if self.interceptors.is_empty() {
-            let run = call(job);
+            let run = span.in_scope(|| call(job)).instrument(span.clone());
             return self
-                .settle_handled(&receipt, run, envelope, &headers, &urn, shutdown)
+                .settle_handled(&receipt, run, &span, envelope, &headers, &urn, shutdown)
                 .await
                 .0;
         }
         // The handler owns its job; the interceptors look at a copy that outlives it.
         let seen = job.clone();
         let context = JobContext::new(&seen);
-        let (passed, refusal) = self.interceptors.before(&context);
+        let (passed, refusal) = span.in_scope(|| self.interceptors.before(&context));
         let run = match refusal {
             Some(refusal) => Box::pin(std::future::ready(Err(refusal))),
-            None => call(job),
-        };
+            None => span.in_scope(|| call(job)),
+        }
+        .instrument(span.clone());
         let (outcome, result) = self
-            .settle_handled(&receipt, run, envelope, &headers, &urn, shutdown)
+            .settle_handled(&receipt, run, &span, envelope, &headers, &urn, shutdown)
             .await;
-        self.interceptors.after(passed, &context, &result);
+        span.in_scope(|| self.interceptors.after(passed, &context, &result));
         outcome
     }
 
     /// Awaits the handler (or a refusal standing in for it) and settles the message by its
     /// result, which is returned as the interceptors see it.
+    #[allow(clippy::too_many_arguments)] // one message's parts, each used once
     async fn settle_handled(
         &self,
         receipt: &T::Receipt,
-        run: HandlerFuture,
+        run: Instrumented<HandlerFuture>,
+        span: &Span,
         envelope: Envelope,
         headers: &Headers,
         urn: &str,
@@ -198,6 +204,7 @@ impl<T: Transport> Context<T> {
                 )
             }
             Err(failure) => {
+                telemetry::record_exception(span, &failure.exception, &failure.message);
                 let error = failure.message.clone();
                 let fault = Fault {
                     reason: DeadLetterReason::Failed,

@@ -20,6 +20,7 @@ use futures_util::StreamExt as _;
 use polyq_amqp::{ConsumeOptions, FieldValue, MessageJson};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tracing::Instrument as _;
 
 /// `polyq acemq` subcommands.
 #[derive(Debug, Subcommand)]
@@ -293,16 +294,24 @@ async fn consume(
         };
         let Some(delivery) = next else { break };
         let delivery = delivery?;
+        let span = acemq::telemetry::consume_span(
+            queue,
+            &delivery.exchange,
+            &delivery.routing_key,
+            &delivery.properties.headers,
+        );
         let message = MessageJson::of_delivery(&delivery);
         match Inspection::of_message(&message, OffsetDateTime::now_utc()) {
             Ok(decoded) => {
                 println!("{}", serde_json::to_string(&decoded)?);
-                delivery.ack().await?;
+                delivery.ack().instrument(span.clone()).await?;
+                acemq::telemetry::record_outcome(&span, "acked");
                 taken += 1;
             }
             Err(error) => {
                 // Left on the queue: this command must never lose a message it cannot show.
                 delivery.nack(true).await.ok();
+                acemq::telemetry::record_outcome(&span, "failed");
                 let id = message.properties.message_id.as_deref();
                 return Err(anyhow::Error::new(error).context(format!(
                     "message {} on {queue} left on the queue",

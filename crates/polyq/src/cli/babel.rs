@@ -20,6 +20,7 @@ use babelqueue::{BabelQueue, MakeOptions, conformance};
 use clap::{Subcommand, ValueEnum};
 use registry::{Registry, RegistryArgs};
 use serde_json::value::RawValue;
+use tracing::Instrument as _;
 
 /// `polyq babel` subcommands.
 #[derive(Debug, Subcommand)]
@@ -329,6 +330,16 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 let Some(reserved) = transport.reserve(&queue, idle).await? else {
                     break;
                 };
+                // A job that decodes is shown inside the span a worker would handle it in.
+                let span = match babelqueue::decode(&reserved.body) {
+                    Ok(decoded) => babelqueue::telemetry::process_span(
+                        &decoded.envelope,
+                        &queue,
+                        decoded.envelope.attempts().unwrap_or(0),
+                        &reserved.headers,
+                    ),
+                    Err(_) => tracing::Span::none(),
+                };
                 let mut seen = Inspection::of_body(&reserved.body, reserved.headers);
                 // A job that does not read back is still printed (as it came) and acknowledged.
                 let violation = match read_through(registry.as_ref(), &mut seen, mask) {
@@ -336,7 +347,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                     Err(error) => Some(format!("{error:#}")),
                 };
                 println!("{}", printed(&seen, violation)?);
-                transport.ack(&reserved.receipt).await?;
+                transport.ack(&reserved.receipt).instrument(span).await?;
                 taken += 1;
             }
             transport.unsubscribe(&queue).await?;
