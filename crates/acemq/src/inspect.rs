@@ -451,7 +451,12 @@ impl EncryptedView {
                 Some("no key ring given: the plaintext is not shown".to_owned()),
             ),
             (Some(keys), Some(_)) => match open(keys, body) {
-                Ok(plaintext) => (decode_payload(None, &plaintext).ok().map(|(payload, _)| payload), None),
+                Ok(plaintext) => (
+                    decode_payload(None, &plaintext)
+                        .ok()
+                        .map(|(payload, _)| payload),
+                    None,
+                ),
                 Err(error) => (None, Some(error.to_string())),
             },
         };

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::avro::{parse, read, schema_name, write};
-use super::{CodecError, Decode, Encode, Preparation, Format};
+use super::{CodecError, Decode, Encode, Format, Preparation};
 
 /// The content type the registered Avro codec writes.
 pub const REGISTERED_AVRO_CONTENT_TYPE: &str = "application/vnd.acemq.avro";

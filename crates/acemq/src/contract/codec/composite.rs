@@ -88,7 +88,8 @@ impl<T: 'static> Decode<T> for Composite<T> {
     }
 
     fn prepare_for(&self, content_type: Option<&str>, body: &Bytes) -> Option<Preparation> {
-        self.decoder_for(content_type)?.prepare_for(content_type, body)
+        self.decoder_for(content_type)?
+            .prepare_for(content_type, body)
     }
 }
 

@@ -231,14 +231,15 @@ impl<T: Send + 'static> Worker<T> {
             Some(preparation) => preparation.await,
             None => Ok(()),
         };
-        let payload = match prepared.and_then(|()| self.decoders.decode_for(content_type, &held.body)) {
-            Ok(payload) => payload,
-            Err(reason) => {
-                let result = self.engine.park_undecodable(&held, &reason.0).await;
-                metrics.finished(result, started.elapsed().as_secs_f64());
-                return Ended::after(result);
-            }
-        };
+        let payload =
+            match prepared.and_then(|()| self.decoders.decode_for(content_type, &held.body)) {
+                Ok(payload) => payload,
+                Err(reason) => {
+                    let result = self.engine.park_undecodable(&held, &reason.0).await;
+                    metrics.finished(result, started.elapsed().as_secs_f64());
+                    return Ended::after(result);
+                }
+            };
 
         let span = telemetry::process_span(&self.queue, &exchange, &routing_key);
         telemetry::adopt_trace_context(&span, &held.properties.headers);

@@ -11,9 +11,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::store::Stored;
+use crate::cli::babel::registry::Registry;
 use crate::cli::keys::show_encrypted;
 use acemq::codec::keyring::KeyRing;
-use crate::cli::babel::registry::Registry;
 
 /// The family a message belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
