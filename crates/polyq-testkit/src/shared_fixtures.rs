@@ -25,11 +25,11 @@ fn shared_fixtures(family: &str) -> Option<PathBuf> {
 }
 
 /// Asserts that `vendored` holds the same files, at the same relative paths and byte for byte,
-/// as the shared fixtures of `family` ([`shared_fixtures`]); checks nothing when `../shared` is
+/// as the shared fixtures of `family` (`shared_fixtures`); checks nothing when `../shared` is
 /// absent outside CI.
 ///
 /// # Panics
-/// On any difference, naming the file and what to do, and as [`shared_fixtures`] does.
+/// On any difference, naming the file and what to do, and as `shared_fixtures` does.
 pub fn assert_no_drift(family: &str, vendored: &Path) {
     if let Some(shared) = shared_fixtures(family) {
         assert_same_files(vendored, &shared);
