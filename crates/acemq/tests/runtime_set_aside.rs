@@ -270,3 +270,31 @@ async fn the_age_limit_dead_letters(env: &'static Env) {
     assert!(consumer.drain(LIMIT).await.is_clean());
 }
 polyq_testkit::both_brokers!(the_age_limit_dead_letters);
+
+/// A message sent with a per-message TTL keeps it while it waits in its queue, but not in
+/// `.dlq`: set aside with it, it would expire there and be lost. RabbitMQ's own dead-lettering
+/// drops `expiration` for the same reason.
+async fn a_message_set_aside_loses_its_expiration(env: &'static Env) {
+    let queue = env.queue("expiring").await;
+    let consumer = env
+        .mq
+        .consume(queue.as_str(), |_: Message<u32>| async {
+            Outcome::reject("order 3 does not exist")
+        })
+        .await
+        .unwrap();
+    env.mq
+        .publisher::<u32>("", queue.as_str())
+        .expiring_after(Duration::from_secs(60))
+        .send(&3)
+        .await
+        .unwrap();
+    let dead = env.next_in(&format!("{queue}.dlq")).await;
+    assert_eq!(&dead.body[..], b"3");
+    assert_eq!(
+        dead.properties.expiration, None,
+        "a dead-lettered message must not expire in `.dlq`"
+    );
+    assert!(consumer.drain(LIMIT).await.is_clean());
+}
+polyq_testkit::both_brokers!(a_message_set_aside_loses_its_expiration);

@@ -228,6 +228,9 @@ impl Engine {
     ) -> ConsumeResult {
         let marked = envelope.to_builder().error(reason.as_str()).build();
         let mut properties = held.properties.clone();
+        // A per-message TTL would expire the copy in `.dlq` or `.parked` and lose it; RabbitMQ's
+        // own dead-lettering drops `expiration` for the same reason.
+        properties.expiration = None;
         match marked {
             Ok(marked) => marked.write_properties(&mut properties),
             // Unreachable for an envelope read off the wire (its counters are in range); the
