@@ -449,20 +449,32 @@ impl RegistryProvider {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned)
         };
-        let entries: Vec<RegistryEntry> = manifest
+        // An entry the manifest cannot name a URN and a schema file for is refused, not skipped:
+        // skipped, its URN would go unvalidated and its sensitive fields unmasked without a word.
+        let entries = manifest
             .get("schemas")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter_map(|entry| {
-                Some(RegistryEntry {
-                    urn: text_of(entry, "urn")?,
-                    schema: text_of(entry, "schema")?,
+            .enumerate()
+            .map(|(index, entry)| {
+                let urn = text_of(entry, "urn").ok_or_else(|| {
+                    format!("entry {index} of `schemas` has no `urn` string; give each entry one")
+                })?;
+                let schema = text_of(entry, "schema").ok_or_else(|| {
+                    format!(
+                        "entry {index} of `schemas` ({urn}) has no `schema` string; give the path \
+                         of its schema file, relative to the registry directory"
+                    )
+                })?;
+                Ok(RegistryEntry {
+                    urn,
+                    schema,
                     owner: text_of(entry, "owner"),
                     status: text_of(entry, "status"),
                 })
             })
-            .collect();
+            .collect::<std::result::Result<Vec<_>, String>>()?;
         let files = entries
             .iter()
             .map(|entry| (entry.urn.clone(), entry.schema.clone()))
@@ -589,6 +601,19 @@ mod tests {
         assert!(
             validate_value(&json!({"maxLength": 1, "type": "string"}), &json!("long")).is_none()
         );
+    }
+
+    #[test]
+    fn a_registry_entry_without_a_schema_file_is_refused_naming_it() {
+        let refused = |manifest: &str| {
+            RegistryProvider::from_manifest(PathBuf::from("."), manifest).unwrap_err()
+        };
+        assert_eq!(
+            refused(r#"{"schemas":[{"urn":"urn:babel:a:b","schema":{"type":"object"}}]}"#),
+            "entry 0 of `schemas` (urn:babel:a:b) has no `schema` string; give the path of its \
+             schema file, relative to the registry directory"
+        );
+        assert!(refused(r#"{"schemas":[{"schema":"a.json"}]}"#).contains("no `urn`"));
     }
 
     #[test]

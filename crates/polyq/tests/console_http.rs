@@ -634,3 +634,66 @@ async fn a_message_page_shows_an_encrypted_body_in_plaintext_with_the_key_file()
     );
     assert!(!with.contains(&"11".repeat(32)), "a key was shown");
 }
+
+#[tokio::test]
+async fn with_a_registry_a_message_page_masks_the_fields_it_marks_sensitive() {
+    use polyq_amqp::{Client, OutgoingMessage, Properties};
+    const URN: &str = "urn:babel:people:registered";
+    let rabbit = Rabbit::new("masked").await;
+    let job = babelqueue::make(
+        URN,
+        &serde_json::json!({"email": "ana.secret@example.com", "plan": "gold"}),
+        babelqueue::MakeOptions::new().queue(rabbit.queue.as_str()),
+    )
+    .unwrap()
+    .encode()
+    .unwrap();
+    let properties = Properties {
+        content_type: Some("application/json".to_owned()),
+        ..Properties::default()
+    };
+    let client = Client::connect(&rabbit.url).await.unwrap();
+    client
+        .publish(OutgoingMessage::new(
+            "",
+            rabbit.dlq.as_str(),
+            properties,
+            job.into_bytes(),
+        ))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    client.close().await.unwrap();
+    let registry = std::env::temp_dir().join(polyq_testkit::unique_name("console-registry"));
+    std::fs::create_dir_all(&registry).unwrap();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"email": {"type": "string", "x-gdpr-sensitive": true}}
+    });
+    std::fs::write(registry.join("people.json"), schema.to_string()).unwrap();
+    let manifest = serde_json::json!({"schemas": [{"urn": URN, "schema": "people.json"}]});
+    std::fs::write(registry.join("registry.json"), manifest.to_string()).unwrap();
+    let path = format!("/message?b=0&q={}&pos=0", rabbit.dlq);
+
+    let page = |console: Console| {
+        let url = console.url(&path);
+        async move {
+            let page = http().get(url).send().await.unwrap();
+            assert_eq!(page.status(), StatusCode::OK);
+            let text = page.text().await.unwrap();
+            drop(console);
+            text
+        }
+    };
+    let without = page(console_for(&rabbit, &["--token", TOKEN])).await;
+    let with = page(console_for(
+        &rabbit,
+        &["--token", TOKEN, "--registry", registry.to_str().unwrap()],
+    ))
+    .await;
+    std::fs::remove_dir_all(&registry).unwrap();
+    assert!(without.contains("ana.secret@example.com"), "{without}");
+    assert!(!with.contains("ana.secret@example.com"), "{with}");
+    assert!(with.contains("a***") && with.contains("gold"), "{with}");
+}
