@@ -77,7 +77,12 @@ async fn steps(jobs: &BabelQueue, timeline: &Timeline) -> anyhow::Result<()> {
     expect(report.dead_lettered == 2, "two dead-letters", &report)?;
     show_dead_letters(jobs.transport(), &dlq, timeline).await?;
 
-    let redrive = RedriveOptions::new().bypass(true).limit(2).wait(STEP);
+    // The bypass stamp travels as a header, which the Laravel layout has no room for: there the
+    // redrive goes without it, as an operator's would.
+    let redrive = RedriveOptions::new()
+        .bypass(jobs.transport().capabilities().headers)
+        .limit(2)
+        .wait(STEP);
     let mut report =
         babelqueue::redrive::redrive(jobs.transport().as_ref(), &dlq, &redrive).await?;
     report
