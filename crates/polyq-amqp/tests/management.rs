@@ -53,12 +53,13 @@ async fn queues_are_listed_with_depths_consumers_and_arguments() {
     let held = client.get(&dlq).await.expect("get").expect("a message");
 
     let api = Management::new(&url, ManagementOptions::new()).expect("derived from the AMQP URL");
-    // The rates come with a later statistics emission of the node (every 5 s by default) than
-    // the depths can: both are waited for.
+    // The rates and the consumer count can come with a later statistics emission of the node
+    // (every 5 s by default) than the depths: all are waited for.
     let listed = listed_until(&api, &dlq, |queue| {
         queue.messages_ready == Some(2)
             && queue.messages_unacknowledged == Some(1)
             && queue.rates.publish.is_some()
+            && queue.consumers.is_some()
     })
     .await;
     assert_eq!(listed.queue_type(), "classic");
