@@ -1,39 +1,5 @@
-//! The YAML, TOML and XML codecs: any body decodes or is refused with a reason, never a panic
-//! (a consumer parks what its decoder refuses), and what decodes as YAML or TOML re-encodes into
-//! a body that decodes to the same value.
+//! The `acemq_text_codecs` target: [`polyq_fuzz::targets::acemq_text_codecs`], whose checks
+//! `fuzz/tests/corpus.rs` also replays over the saved corpus.
 #![no_main]
 
-use acemq::codec::{Decode, Encode, Toml, Xml, Yaml};
-use bytes::Bytes;
-use libfuzzer_sys::fuzz_target;
-use serde_json::Value;
-
-fuzz_target!(|data: &[u8]| {
-    let body = Bytes::copy_from_slice(data);
-    for format in ["yaml", "toml"] {
-        let decoded: Result<Value, _> = match format {
-            "yaml" => Yaml.decode(&body),
-            _ => Toml.decode(&body),
-        };
-        let Ok(value) = decoded else {
-            continue;
-        };
-        // A value the format has no text for (TOML: a top-level that is not a table) may be
-        // refused on the way out; one that is written reads back as itself.
-        let again = match format {
-            "yaml" => Yaml.encode(&value),
-            _ => Toml.encode(&value),
-        };
-        if let Ok(again) = again {
-            let back: Value = match format {
-                "yaml" => Yaml.decode(&again),
-                _ => Toml.decode(&again),
-            }
-            .expect("polyq's own output decodes");
-            assert_eq!(back, value, "{format} round trip");
-        }
-    }
-    if let Err(error) = Decode::<Value>::decode(&Xml::default(), &body) {
-        assert!(error.0.starts_with("invalid XML: "), "{error}");
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| polyq_fuzz::targets::acemq_text_codecs::check(data));

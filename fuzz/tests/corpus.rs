@@ -67,6 +67,7 @@ replays!(
     acemq_envelope,
     acemq_itinerary,
     acemq_route,
+    acemq_text_codecs,
     babelqueue_body,
     babelqueue_laravel_payload,
     babelqueue_redis_frame,

@@ -7,6 +7,7 @@ pub mod acemq_claim_frame;
 pub mod acemq_envelope;
 pub mod acemq_itinerary;
 pub mod acemq_route;
+pub mod acemq_text_codecs;
 pub mod babelqueue_body;
 pub mod babelqueue_laravel_payload;
 pub mod babelqueue_redis_frame;
