@@ -575,9 +575,33 @@ fn one_management_url_for_several_rabbitmq_brokers_is_refused() {
     assert!(stderr.contains("2 are given"), "{stderr}");
 }
 
+/// Puts `body` with `properties` on `rabbit`'s dead-letter queue, confirmed.
+async fn dead_letter_raw(rabbit: &Rabbit, properties: polyq_amqp::Properties, body: Vec<u8>) {
+    let client = polyq_amqp::Client::connect(&rabbit.url).await.unwrap();
+    client
+        .publish(polyq_amqp::OutgoingMessage::new(
+            "",
+            rabbit.dlq.as_str(),
+            properties,
+            body,
+        ))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    client.close().await.unwrap();
+}
+
+/// The page at `path` of `console`, which answers 200; the console is stopped after.
+async fn page_of(console: Console, path: &str) -> String {
+    let page = http().get(console.url(path)).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    page.text().await.unwrap()
+}
+
 #[tokio::test]
 async fn a_message_page_shows_an_encrypted_body_in_plaintext_with_the_key_file() {
-    use polyq_amqp::{Client, FieldValue, OutgoingMessage, Properties};
+    use polyq_amqp::{FieldValue, Properties};
     let rabbit = Rabbit::new("encrypted").await;
     let keys = acemq::codec::keyring::KeyRing::new("k-old", &[0x11; 32]).unwrap();
     let body = acemq::codec::encrypted::seal(&keys, br#"{"card":"4111-plaintext"}"#).unwrap();
@@ -589,38 +613,19 @@ async fn a_message_page_shows_an_encrypted_body_in_plaintext_with_the_key_file()
     properties
         .headers
         .insert("x-acemq-id".to_owned(), FieldValue::from("m-1"));
-    let client = Client::connect(&rabbit.url).await.unwrap();
-    client
-        .publish(OutgoingMessage::new(
-            "",
-            rabbit.dlq.as_str(),
-            properties,
-            body,
-        ))
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    client.close().await.unwrap();
+    dead_letter_raw(&rabbit, properties, body.to_vec()).await;
     let key_file = std::env::temp_dir().join(format!("{}.keys", rabbit.dlq));
     std::fs::write(&key_file, format!("k-old = hex:{}\n", "11".repeat(32))).unwrap();
     let path = format!("/message?b=0&q={}&pos=0&id=m-1", rabbit.dlq);
 
-    let page = |console: Console| {
-        let url = console.url(&path);
-        async move {
-            let page = http().get(url).send().await.unwrap();
-            assert_eq!(page.status(), StatusCode::OK);
-            let text = page.text().await.unwrap();
-            drop(console);
-            text
-        }
-    };
-    let without = page(console_for(&rabbit, &["--token", TOKEN])).await;
-    let with = page(console_for(
-        &rabbit,
-        &["--token", TOKEN, "--key-file", key_file.to_str().unwrap()],
-    ))
+    let without = page_of(console_for(&rabbit, &["--token", TOKEN]), &path).await;
+    let with = page_of(
+        console_for(
+            &rabbit,
+            &["--token", TOKEN, "--key-file", key_file.to_str().unwrap()],
+        ),
+        &path,
+    )
     .await;
     std::fs::remove_file(&key_file).unwrap();
     assert!(
@@ -637,7 +642,7 @@ async fn a_message_page_shows_an_encrypted_body_in_plaintext_with_the_key_file()
 
 #[tokio::test]
 async fn with_a_registry_a_message_page_masks_the_fields_it_marks_sensitive() {
-    use polyq_amqp::{Client, OutgoingMessage, Properties};
+    use polyq_amqp::Properties;
     const URN: &str = "urn:babel:people:registered";
     let rabbit = Rabbit::new("masked").await;
     let job = babelqueue::make(
@@ -652,19 +657,7 @@ async fn with_a_registry_a_message_page_masks_the_fields_it_marks_sensitive() {
         content_type: Some("application/json".to_owned()),
         ..Properties::default()
     };
-    let client = Client::connect(&rabbit.url).await.unwrap();
-    client
-        .publish(OutgoingMessage::new(
-            "",
-            rabbit.dlq.as_str(),
-            properties,
-            job.into_bytes(),
-        ))
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    client.close().await.unwrap();
+    dead_letter_raw(&rabbit, properties, job.into_bytes()).await;
     let registry = std::env::temp_dir().join(polyq_testkit::unique_name("console-registry"));
     std::fs::create_dir_all(&registry).unwrap();
     let schema = serde_json::json!({
@@ -676,21 +669,14 @@ async fn with_a_registry_a_message_page_masks_the_fields_it_marks_sensitive() {
     std::fs::write(registry.join("registry.json"), manifest.to_string()).unwrap();
     let path = format!("/message?b=0&q={}&pos=0", rabbit.dlq);
 
-    let page = |console: Console| {
-        let url = console.url(&path);
-        async move {
-            let page = http().get(url).send().await.unwrap();
-            assert_eq!(page.status(), StatusCode::OK);
-            let text = page.text().await.unwrap();
-            drop(console);
-            text
-        }
-    };
-    let without = page(console_for(&rabbit, &["--token", TOKEN])).await;
-    let with = page(console_for(
-        &rabbit,
-        &["--token", TOKEN, "--registry", registry.to_str().unwrap()],
-    ))
+    let without = page_of(console_for(&rabbit, &["--token", TOKEN]), &path).await;
+    let with = page_of(
+        console_for(
+            &rabbit,
+            &["--token", TOKEN, "--registry", registry.to_str().unwrap()],
+        ),
+        &path,
+    )
     .await;
     std::fs::remove_dir_all(&registry).unwrap();
     assert!(without.contains("ana.secret@example.com"), "{without}");
